@@ -1,0 +1,156 @@
+"""The `kspec` command: wires the pipeline stages in codegen/ to the terminal.
+
+Exit codes: 0 success; 1 a check failed (verification mismatch, drift, refused
+overwrite); 2 invalid input or usage.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+
+from codegen import __version__, pipeline, writer
+from codegen.diagnostics import Diagnostic
+
+EPILOG = """
+Examples:
+
+  kspec check                          # every spec in specs/
+
+  kspec check specs/matmul.yaml
+
+  kspec generate                       # write generated/<kernel>/ for every spec
+
+  kspec generate --check               # exit 1 and list files that drifted
+
+  kspec verify --backend interpret     # run every case against the reference
+"""
+
+app = typer.Typer(
+    help="kspec: declare JAX Pallas kernels in YAML; check, generate, verify, bench and tune them.",
+    epilog=EPILOG,
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    rich_markup_mode=None,
+)
+
+PathsArg = typer.Argument(None, help="Spec files or folders (default: specs/).", show_default=False)
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"kspec {__version__}")
+        raise typer.Exit(0)
+
+
+@app.callback()
+def main(
+    version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Print the version."),
+) -> None:
+    """kspec: declare JAX Pallas kernels in YAML; check, generate, verify, bench and tune them."""
+
+
+def _report(compiled: pipeline.Compiled) -> None:
+    """Print a file's diagnostics: with the YAML line and a caret on a terminal, plain when piped."""
+    lines = compiled.text.splitlines() if sys.stdout.isatty() else None
+    for diag in compiled.diagnostics:
+        typer.echo(diag.format(lines))
+
+
+def _compile_all(paths: Optional[List[Path]]) -> list:
+    specs = pipeline.discover(paths or [])
+    if not specs:
+        typer.echo("error: no spec files found (looked in specs/)", err=True)
+        raise typer.Exit(2)
+    results = [pipeline.compile_spec(p) for p in specs]
+    for r in results:
+        _report(r)
+    owners: dict = {}
+    for r in results:
+        if r.ok and owners.setdefault(r.spec.name, r.path) != r.path:
+            clash = Diagnostic(
+                "E400", f"kernel name `{r.spec.name}` is also used by {owners[r.spec.name]}", r.spec.loc
+            )
+            r.diagnostics.append(clash)
+            typer.echo(clash.format())
+    return results
+
+
+def _summary(results: list) -> int:
+    bad = [r for r in results if not r.ok]
+    errors = sum(len(r.diagnostics) for r in bad)
+    if bad:
+        typer.echo(f"{errors} error(s) in {len(bad)} of {len(results)} spec(s)")
+        return 2
+    return 0
+
+
+@app.command()
+def check(paths: Optional[List[Path]] = PathsArg) -> None:
+    """Validate specs: schema, expressions, shapes, bounds and hardware rules. Runs no spec code."""
+    results = _compile_all(paths)
+    code = _summary(results)
+    if code == 0:
+        typer.echo(f"{len(results)} spec(s) OK")
+    raise typer.Exit(code)
+
+
+@app.command()
+def generate(
+    paths: Optional[List[Path]] = PathsArg,
+    check_only: bool = typer.Option(False, "--check", help="Write nothing; exit 1 if generated/ differs."),
+    force: bool = typer.Option(False, "--force", help="Overwrite generated files that were edited by hand."),
+) -> None:
+    """Render generated/<kernel>/ for each spec (atomically; hand edits are kept unless --force)."""
+    results = _compile_all(paths)
+    code = _summary(results)
+    if code:
+        raise typer.Exit(code)
+    failed = False
+    for r in results:
+        out_root = pipeline.out_root_for(r.path)
+        kernel_dir, planned = pipeline.plan(r, out_root)
+        init_path, init_text = pipeline.package_init(out_root)
+        if check_only:
+            drift = writer.compare(planned, kernel_dir)
+            drift += [(init_path, "missing")] if not init_path.exists() else []
+            for path, reason in drift:
+                typer.echo(f"{_shown(path)}: {reason}")
+            failed |= bool(drift)
+            continue
+        with writer.locked(out_root):
+            outcome = writer.write(planned, kernel_dir, force=force)
+            if not init_path.exists():
+                writer.atomic_write(init_path, init_text)
+        for path, reason in outcome.refused:
+            typer.echo(f"{_shown(path)}: refused: {reason}")
+        failed |= bool(outcome.refused)
+        n = len(outcome.written) + len(outcome.removed)
+        typer.echo(f"{r.spec.name}: {n} file(s) written, {len(outcome.unchanged)} unchanged -> {_shown(kernel_dir)}")
+    if check_only and not failed:
+        typer.echo(f"generated/ is up to date for {len(results)} spec(s)")
+    raise typer.Exit(1 if failed else 0)
+
+
+def _shown(path: Path) -> str:
+    try:
+        return str(path.resolve().relative_to(Path.cwd()))
+    except ValueError:
+        return str(path)
+
+
+def run() -> None:
+    """Console-script entry point."""
+    try:
+        app()
+    except KeyboardInterrupt:
+        typer.echo("interrupted", err=True)
+        sys.exit(130)
+
+
+if __name__ == "__main__":
+    run()

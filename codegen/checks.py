@@ -1,0 +1,488 @@
+"""Stage 4: semantic checks over the model. Nothing here traces JAX or runs spec code.
+
+`check(spec)` returns every diagnostic for the file. Per-case checks evaluate the
+spec's expressions for each case (and each backend's variant) into an `Instance`,
+the concrete numbers that the backend hardware rules in `rules.py` also read.
+"""
+
+from __future__ import annotations
+
+import ast
+import builtins
+import dataclasses
+import itertools
+import keyword
+import sys
+import textwrap
+from typing import Any
+
+from . import dtypes as dt
+from .diagnostics import Diagnostic, did_you_mean
+from .expr import Expr, ExprError, NotEvaluable
+from .model import Case, Code, KernelSpec, Variant
+
+# Names the generated modules use; spec names may not shadow them.
+RESERVED = frozenset(
+    {"jax", "jnp", "lax", "pl", "np", "functools", "math", "pltpu", "plgpu", "pltriton"}
+    | {"backend", "interpret", "cdiv"}
+    | set(keyword.kwlist)
+    | set(dir(builtins))
+)
+MAX_GRID_POINTS = 1 << 16
+ALLOWED_IMPORT_ROOTS = frozenset({"jax", "numpy"}) | frozenset(sys.stdlib_module_names)
+
+
+@dataclasses.dataclass(frozen=True)
+class Instance:
+    """One variant of a spec with every expression evaluated for one case."""
+
+    spec: KernelSpec
+    variant: Variant
+    case: Case
+    env: dict  # dims and params
+    shapes: dict  # operand -> tuple of ints
+    dtypes: dict  # operand -> dtype name
+    grid: tuple
+    block_shapes: dict  # operand -> tuple of int | None (squeezed)
+    scratch_shapes: dict  # scratch name -> tuple of ints
+
+
+def check(spec: KernelSpec) -> list[Diagnostic]:
+    diags = _names(spec) + _dtypes(spec) + _code(spec)
+    for variant in spec.variants.values():
+        diags += _structure(spec, variant)
+    if not diags:
+        for case in spec.cases:
+            diags += _case_bindings(spec, case)
+    if not diags:
+        from . import rules
+
+        for case in spec.cases:
+            for variant in spec.variants.values():
+                for dtypes in dtype_assignments(spec, case):
+                    inst, found = instantiate(spec, variant, case, dtypes)
+                    diags += found
+                    if inst is not None:
+                        diags += rules.check(inst)
+    return _unique(diags)
+
+
+def _unique(diags: list) -> list:
+    seen, out = set(), []
+    for d in diags:
+        key = (d.loc, d.code, d.message)
+        if key not in seen:
+            seen.add(key)
+            out.append(d)
+    return sorted(out, key=lambda d: (d.loc, d.code))
+
+
+# -- names --------------------------------------------------------------------
+
+
+def _names(spec: KernelSpec) -> list:
+    out = []
+    owners: dict = {}
+
+    def claim(name: str, what: str, loc) -> None:
+        if name in RESERVED or name.startswith("_"):
+            out.append(
+                Diagnostic(
+                    "E400",
+                    f"{what} `{name}` clashes with a name the generated code uses",
+                    loc,
+                    "rename it; reserved: Python keywords and builtins, jax, jnp, lax, pl, np, "
+                    "backend, interpret, and names starting with _",
+                )
+            )
+        elif name in owners and owners[name][0] != what:
+            out.append(
+                Diagnostic(
+                    "E400",
+                    f"{what} `{name}` has the same name as {owners[name][0]} `{name}`",
+                    loc,
+                    "give each operand, dim, param and scratch buffer its own name",
+                )
+            )
+        else:
+            owners.setdefault(name, (what, loc))
+
+    claim(spec.name, "kernel", spec.loc)
+    owners.pop(spec.name, None)
+    for op in spec.operands:
+        claim(op.name, f"{op.role}", op.loc)
+        claim(op.name + "_ref", f"{op.role} ref", op.loc)
+    for variant in spec.variants.values():
+        for p in variant.params:
+            claim(p.name, "param", p.loc)
+        for s in variant.scratch:
+            claim(s.name + "_ref", "scratch ref", s.loc)
+    for dim in spec.dims:
+        op = next(o for o in spec.inputs if any(e.source == dim for e in o.shape))
+        claim(dim, "dim", op.loc)
+    return out
+
+
+def _dtypes(spec: KernelSpec) -> list:
+    out = []
+    inputs = {o.name for o in spec.inputs}
+    for op in spec.operands:
+        if op.follows is not None:
+            continue
+        for name in op.dtypes:
+            if name in dt.DTYPES:
+                continue
+            if op.role == "output" and name in {o.name for o in spec.outputs}:
+                hint = "an output can only share the dtype of an input"
+                out.append(Diagnostic("E407", f"{op.name}: dtype refers to output `{name}`", op.dtype_loc, hint))
+                continue
+            hint = did_you_mean(name, list(dt.DTYPES) + sorted(inputs))
+            out.append(Diagnostic("E401", f"{op.name}: unknown dtype `{name}`", op.dtype_loc, hint))
+    return out
+
+
+# -- Python code --------------------------------------------------------------
+
+
+def _code(spec: KernelSpec) -> list:
+    out = _parse_code(spec.reference, "reference")
+    bodies = {v.body.origin: v.body for v in spec.variants.values()}
+    for body in bodies.values():
+        out += _parse_code(body, "body")
+    return out
+
+
+def _parse_code(code: Code, what: str) -> list:
+    wrapped = "def _f():\n" + textwrap.indent(code.source, "    ", lambda line: True)
+    try:
+        tree = ast.parse(wrapped)
+    except SyntaxError as e:
+        line = max((e.lineno or 2) - 1, 1)
+        col = max((e.offset or 1) - 1 - 4, 0)
+        return [Diagnostic("E600", f"{what}: {e.msg}", code.loc_of(line, col))]
+    except (RecursionError, MemoryError, ValueError):
+        return [Diagnostic("E600", f"{what}: code too deeply nested", code.loc_of(1, 0))]
+    out = []
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            mods = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]
+            for mod in mods:
+                if node.__class__ is ast.ImportFrom and node.level:
+                    mod = "." + mod
+                if mod.split(".")[0] not in ALLOWED_IMPORT_ROOTS:
+                    out.append(
+                        Diagnostic(
+                            "E601",
+                            f"{what}: import of `{mod}`",
+                            code.loc_of(node.lineno - 1, max(node.col_offset - 4, 0)),
+                            "generated modules may import only jax, numpy and the standard library",
+                        )
+                    )
+    return out
+
+
+# -- structure (per variant) ----------------------------------------------------
+
+
+def _unknown(e: Expr | Any, allowed: set, what: str) -> list:
+    if e is None:
+        return []
+    out = []
+    for name in sorted(e.names - allowed):
+        out.append(
+            Diagnostic("E301", f"{what}: unknown name `{name}`", e.loc, did_you_mean(name, allowed))
+        )
+    return out
+
+
+def _structure(spec: KernelSpec, v: Variant) -> list:
+    out = []
+    params = {p.name for p in v.params}
+    dims = set(spec.dims)
+    scope = params | dims
+    for op in spec.operands:
+        for e in op.shape:
+            for name in sorted(e.names - scope):
+                out.append(
+                    Diagnostic(
+                        "E408",
+                        f"{op.name}: `{name}` is not a dim bound by an input shape, nor a param",
+                        e.loc,
+                        "use it alone as a dim of some input's shape, or declare it under params",
+                    )
+                )
+    for axis in v.grid:
+        out += _unknown(axis.size, scope, "grid")
+    for c in spec.constraints:
+        out += _unknown(c.expr, scope, "constraint")
+    for s in v.scratch:
+        for e in s.shape:
+            out += _unknown(e, scope, f"scratch {s.name}")
+    operands = {o.name: o for o in spec.operands}
+    for name, block in v.blocks.items():
+        op = operands.get(name)
+        if op is None:
+            out.append(
+                Diagnostic("E405", f"block spec for unknown operand `{name}`", block.loc, did_you_mean(name, operands))
+            )
+            continue
+        for e in block.block_shape:
+            out += _unknown(e, scope, f"{name}.block_shape")
+        if len(block.block_shape) != op.rank:
+            out.append(
+                Diagnostic(
+                    "E402",
+                    f"{name}: block_shape has {len(block.block_shape)} dims but {name} has rank {op.rank}",
+                    block.shape_loc,
+                    "give one entry per array dim; null squeezes a dim",
+                )
+            )
+        imap = block.index_map
+        if len(imap.args) != len(v.grid):
+            out.append(
+                Diagnostic(
+                    "E403",
+                    f"{name}: index_map takes {len(imap.args)} grid indices but the grid has {len(v.grid)} axes",
+                    imap.loc,
+                    f"write one name per grid axis, e.g. `{', '.join('ijklmn'[: len(v.grid)]) or ''} -> ...`",
+                )
+            )
+        if len(imap.results) != len(block.block_shape):
+            out.append(
+                Diagnostic(
+                    "E404",
+                    f"{name}: index_map returns {len(imap.results)} block indices but the block has {len(block.block_shape)} dims",
+                    imap.loc,
+                    "return one block index per dim of block_shape",
+                )
+            )
+        out += _unknown_map(imap, scope, name)
+    return out
+
+
+def _unknown_map(imap, scope: set, name: str) -> list:
+    allowed = scope | set(imap.args)
+    return [
+        Diagnostic("E301", f"{name}.index_map: unknown name `{n}`", imap.loc, did_you_mean(n, allowed))
+        for n in sorted(imap.names - allowed)
+    ]
+
+
+# -- cases --------------------------------------------------------------------
+
+
+def _case_bindings(spec: KernelSpec, case: Case) -> list:
+    out = []
+    for dim in spec.dims:
+        if dim not in case.dims:
+            out.append(Diagnostic("E500", f"case `{case.name}` does not bind dim `{dim}`", case.loc, f"add `{dim}: <int>`"))
+    for key in case.dims:
+        if key not in spec.dims:
+            out.append(
+                Diagnostic(
+                    "E500",
+                    f"case `{case.name}` binds `{key}`, which is not a dim (dims: {', '.join(spec.dims) or 'none'})",
+                    case.loc,
+                    did_you_mean(key, spec.dims),
+                )
+            )
+    all_params = {p.name for v in spec.variants.values() for p in v.params}
+    for key in case.params:
+        if key not in all_params:
+            out.append(Diagnostic("E500", f"case `{case.name}` sets `{key}`, which is not a param", case.loc))
+    out += _case_dtypes(spec, case)
+    return out
+
+
+def _case_dtypes(spec: KernelSpec, case: Case) -> list:
+    out = []
+    free = {o.name: o for o in spec.inputs if o.follows is None}
+    if isinstance(case.dtype, str):
+        for op in free.values():
+            if len(op.dtypes) > 1 and case.dtype not in op.dtypes:
+                out.append(
+                    Diagnostic(
+                        "E504",
+                        f"case `{case.name}`: dtype {case.dtype} is not allowed for {op.name} ({', '.join(op.dtypes)})",
+                        case.loc,
+                    )
+                )
+        if not any(len(op.dtypes) > 1 for op in free.values()) and not any(
+            case.dtype in op.dtypes for op in free.values()
+        ):
+            out.append(Diagnostic("E504", f"case `{case.name}`: no input takes dtype {case.dtype}", case.loc))
+    elif isinstance(case.dtype, dict):
+        for name, value in case.dtype.items():
+            op = free.get(name)
+            if op is None:
+                out.append(Diagnostic("E504", f"case `{case.name}`: `{name}` is not an input with its own dtype", case.loc))
+            elif value not in op.dtypes:
+                out.append(
+                    Diagnostic(
+                        "E504",
+                        f"case `{case.name}`: dtype {value} is not allowed for {name} ({', '.join(op.dtypes)})",
+                        case.loc,
+                    )
+                )
+    return out
+
+
+def dtype_assignments(spec: KernelSpec, case: Case) -> list:
+    """Every operand's dtype, for each dtype combination the case runs."""
+    free = [o for o in spec.inputs if o.follows is None]
+    choices = []
+    for op in free:
+        if isinstance(case.dtype, dict) and op.name in case.dtype:
+            choices.append((case.dtype[op.name],))
+        elif isinstance(case.dtype, str) and case.dtype in op.dtypes:
+            choices.append((case.dtype,))
+        else:
+            choices.append(op.dtypes)
+    out = []
+    for combo in itertools.product(*choices):
+        assign = dict(zip((o.name for o in free), combo))
+        for op in spec.operands:
+            if op.follows is not None:
+                assign[op.name] = assign[op.follows]
+            elif op.role == "output":
+                assign[op.name] = op.dtypes[0]
+        out.append(assign)
+    return out
+
+
+def instantiate(spec: KernelSpec, v: Variant, case: Case, dtypes: dict) -> tuple:
+    """Evaluate a variant for one case: (Instance or None, diagnostics)."""
+    env = dict(v.param_defaults)
+    env.update({k: val for k, val in case.params.items() if k in env})
+    env.update(case.dims)
+    out: list = []
+
+    def ev(e: Expr, what: str):
+        try:
+            return e.eval(env)
+        except ExprError as err:
+            out.append(Diagnostic(err.code, f"case `{case.name}`: {what}: {err.message}", e.loc))
+        except NotEvaluable:
+            return None
+        return None
+
+    for c in spec.constraints:
+        ok = ev(c.expr, "constraint")
+        if ok is False:
+            shown = c.message or f"`{c.expr.source}` does not hold"
+            values = ", ".join(f"{n}={env[n]}" for n in sorted(c.expr.names) if n in env)
+            out.append(Diagnostic("E501", f"case `{case.name}` ({values}): {shown}", case.loc, f"constraint at line {c.loc.line}"))
+    shapes = {}
+    for op in spec.operands:
+        shape = tuple(ev(e, f"{op.name}.shape") for e in op.shape)
+        if any(not isinstance(s, int) or isinstance(s, bool) for s in shape):
+            if not out:
+                out.append(Diagnostic("E506", f"case `{case.name}`: {op.name} shape is not all integers: {shape}", op.loc))
+            continue
+        if any(s < 1 for s in shape):
+            out.append(Diagnostic("E506", f"case `{case.name}`: {op.name} has shape {shape}", op.loc, "every dim must be at least 1"))
+        shapes[op.name] = shape
+    grid = tuple(ev(a.size, "grid") for a in v.grid)
+    for axis, size in zip(v.grid, grid):
+        if isinstance(size, int) and size < 1:
+            label = axis.name or f"axis {v.grid.index(axis)}"
+            out.append(Diagnostic("E505", f"case `{case.name}`: grid {label} has size {size}", axis.size.loc))
+    blocks = {}
+    for op in spec.operands:
+        b = v.blocks.get(op.name)
+        if b is None:
+            blocks[op.name] = shapes.get(op.name)
+            continue
+        blocks[op.name] = tuple(None if e is None else ev(e, f"{op.name}.block_shape") for e in b.block_shape)
+        for e, size in zip(b.block_shape, blocks[op.name]):
+            if e is not None and isinstance(size, int) and size < 1:
+                out.append(Diagnostic("E506", f"case `{case.name}`: {op.name} block dim is {size}", e.loc))
+    scratch = {s.name: tuple(ev(e, f"scratch {s.name}") for e in s.shape) for s in v.scratch}
+    if out:
+        return None, out
+    inst = Instance(spec, v, case, env, shapes, dtypes, grid, blocks, scratch)
+    return inst, _bounds_and_coverage(inst)
+
+
+def grid_points(grid: tuple):
+    """Every grid point, or a boundary sample per axis when there are too many."""
+    total = 1
+    for n in grid:
+        total *= n
+    if total <= MAX_GRID_POINTS:
+        return itertools.product(*(range(n) for n in grid)), True
+    sample = [sorted({0, 1, n // 2, n - 2, n - 1} & set(range(n))) for n in grid]
+    return itertools.product(*sample), False
+
+
+def _bounds_and_coverage(inst: Instance) -> list:
+    out = []
+    v, case = inst.variant, inst.case
+    for op in inst.spec.operands:
+        block = v.blocks.get(op.name)
+        if block is None:
+            continue
+        shape, bshape = inst.shapes[op.name], inst.block_shapes[op.name]
+        points, exhaustive = grid_points(inst.grid)
+        visited = set()
+        reported = False
+        for point in points:
+            env = dict(inst.env)
+            env.update(zip(block.index_map.args, point))
+            try:
+                idx = block.index_map.eval(env)
+            except NotEvaluable:
+                exhaustive = False
+                break
+            except ExprError as err:
+                out.append(Diagnostic(err.code, f"case `{case.name}`: {op.name}.index_map: {err.message}", block.index_map.loc))
+                break
+            bad = _out_of_bounds(idx, shape, bshape)
+            if bad is not None and not reported:
+                d, value, limit = bad
+                out.append(
+                    Diagnostic(
+                        "E502",
+                        f"case `{case.name}`: {op.name}.index_map at grid point {point} gives block index {idx}; "
+                        f"dim {d} is {value}, valid 0..{limit - 1}",
+                        block.index_map.loc,
+                        f"{op.name} dim {d} has {shape[d]} elements in blocks of {bshape[d] or 1}",
+                    )
+                )
+                reported = True
+            if bad is None:
+                visited.add(idx)
+        if op.role == "output" and exhaustive and not reported:
+            out += _coverage(inst, op, block, visited)
+    return out
+
+
+def _out_of_bounds(idx, shape, bshape):
+    for d, (i, n, b) in enumerate(zip(idx, shape, bshape)):
+        count = n if b is None else -(-n // b)
+        if not isinstance(i, int) or not 0 <= i < count:
+            return d, i, count
+    return None
+
+
+def _coverage(inst: Instance, op, block, visited: set) -> list:
+    shape, bshape = inst.shapes[op.name], inst.block_shapes[op.name]
+    counts = [n if b is None else -(-n // b) for n, b in zip(shape, bshape)]
+    needed = 1
+    for c in counts:
+        needed *= c
+    if len(visited) >= needed:
+        return []
+    missing = next(t for t in itertools.product(*(range(c) for c in counts)) if t not in visited)
+    ranges = ", ".join(
+        f"{i}" if b is None else f"{i * b}:{min((i + 1) * b, n)}" for i, n, b in zip(missing, shape, bshape)
+    )
+    return [
+        Diagnostic(
+            "E503",
+            f"case `{inst.case.name}`: output {op.name} is not fully written: "
+            f"block {missing} (elements [{ranges}]) is never visited by the grid",
+            block.loc,
+            "make the grid and index_map reach every block of the output",
+        )
+    ]

@@ -1,0 +1,111 @@
+"""Located diagnostics: every problem kspec reports points at a YAML line and column.
+
+The codes are stable: tests pin them, and docs/diagnostics.md lists them (a test
+keeps that page in step with CODES below).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+from typing import Iterable
+
+# code -> one-line title. Grouped by pipeline stage: E1xx loading, E2xx schema,
+# E3xx expressions, E4xx structure, E5xx per-case checks, E6xx Python code,
+# E7xx backend hardware rules, E8xx sharding.
+CODES: dict[str, str] = {
+    "E100": "cannot read the spec file",
+    "E101": "malformed YAML",
+    "E102": "duplicate key",
+    "E103": "YAML anchors and aliases are not allowed",
+    "E104": "YAML tag not allowed",
+    "E105": "spec file too large",
+    "E106": "spec is not a mapping",
+    "E107": "spec is not valid UTF-8 text",
+    "E108": "YAML nested too deeply",
+    "E109": "scalar too long",
+    "E200": "schema violation",
+    "E201": "unknown key",
+    "E202": "missing required key",
+    "E203": "wrong type",
+    "E300": "invalid expression",
+    "E301": "unknown name in expression",
+    "E302": "invalid index map",
+    "E303": "expression cannot be evaluated",
+    "E400": "name clash",
+    "E401": "unknown dtype",
+    "E402": "block rank does not match the array rank",
+    "E403": "index_map arity does not match the grid rank",
+    "E404": "index_map result length does not match the block rank",
+    "E405": "block spec for an unknown operand",
+    "E406": "operand has no block spec",
+    "E407": "dtype refers to an unknown operand",
+    "E408": "dim is not bound by any input shape",
+    "E409": "unknown backend",
+    "E500": "case does not bind every dim",
+    "E501": "constraint violated",
+    "E502": "index_map result out of bounds",
+    "E503": "output not fully covered by its blocks",
+    "E504": "case dtype not allowed",
+    "E505": "grid axis size is not positive",
+    "E506": "shape is not positive",
+    "E600": "Python syntax error",
+    "E601": "import not allowed in generated code",
+    "E701": "TPU block tiling: last two block dims not divisible by (8 x packing, 128)",
+    "E702": "TPU parallel grid axis revisits an output block",
+    "E703": "TPU VMEM budget exceeded",
+    "E704": "compiler_params list length does not match the kernel",
+    "E711": "Triton block dim is not a power of two",
+    "E712": "Triton dot operand dim below 16",
+    "E721": "Mosaic GPU shared-memory budget exceeded",
+}
+
+
+@dataclasses.dataclass(frozen=True, order=True)
+class Location:
+    """A place in a spec file; line and col are 1-based."""
+
+    path: str
+    line: int = 1
+    col: int = 1
+
+    def __str__(self) -> str:
+        return f"{self.path}:{self.line}:{self.col}"
+
+
+@dataclasses.dataclass(frozen=True)
+class Diagnostic:
+    code: str
+    message: str
+    loc: Location
+    hint: str | None = None
+    severity: str = "error"
+
+    def __post_init__(self) -> None:
+        if self.code not in CODES:
+            raise ValueError(f"unregistered diagnostic code {self.code}")
+
+    def format(self, source_lines: list[str] | None = None) -> str:
+        """ruff/rustc style: header, then the quoted line with a caret, then the hint."""
+        out = [f"{self.loc}: {self.severity}[{self.code}]: {self.message}"]
+        if source_lines is not None and 0 < self.loc.line <= len(source_lines):
+            text = source_lines[self.loc.line - 1].rstrip("\n")
+            gutter = f"{self.loc.line:>4} | "
+            out.append(gutter + text)
+            out.append(" " * (len(gutter) + max(self.loc.col - 1, 0)) + "^")
+        if self.hint:
+            out.append(f"  = help: {self.hint}")
+        return "\n".join(out)
+
+
+class SpecError(Exception):
+    """Raised by a stage that cannot go on; carries every diagnostic found so far."""
+
+    def __init__(self, diagnostics: Iterable[Diagnostic]):
+        self.diagnostics = sorted(diagnostics, key=lambda d: (d.loc, d.code))
+        super().__init__("\n".join(d.format() for d in self.diagnostics))
+
+
+def did_you_mean(word: str, choices: Iterable[str]) -> str | None:
+    close = difflib.get_close_matches(word, sorted(choices), n=1, cutoff=0.6)
+    return f"did you mean `{close[0]}`?" if close else None

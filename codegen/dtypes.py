@@ -1,0 +1,78 @@
+"""Dtype facts kspec needs without importing jax, and the default tolerances."""
+
+from __future__ import annotations
+
+# name -> (itemsize in bytes, kind: b(ool) i(nt) u(nsigned) f(loat) c(omplex)).
+# tests/test_dtypes.py checks every entry against jnp.dtype().
+DTYPES: dict = {
+    "bool": (1, "b"),
+    "int4": (1, "i"),
+    "int8": (1, "i"),
+    "int16": (2, "i"),
+    "int32": (4, "i"),
+    "int64": (8, "i"),
+    "uint8": (1, "u"),
+    "uint16": (2, "u"),
+    "uint32": (4, "u"),
+    "uint64": (8, "u"),
+    "float8_e4m3fn": (1, "f"),
+    "float8_e5m2": (1, "f"),
+    "float16": (2, "f"),
+    "bfloat16": (2, "f"),
+    "float32": (4, "f"),
+    "float64": (8, "f"),
+    "complex64": (8, "c"),
+}
+
+# Fraction bits: orders float dtypes by precision (fewer bits, looser tolerance).
+_MANTISSA = {
+    "float8_e5m2": 2,
+    "float8_e4m3fn": 3,
+    "bfloat16": 7,
+    "float16": 10,
+    "float32": 23,
+    "complex64": 23,
+    "float64": 52,
+}
+
+# Default tolerances by dtype: |out - ref| <= atol + rtol * |ref|. One place only.
+TOLERANCES: dict = {
+    "float8_e5m2": {"atol": 0.25, "rtol": 0.25},
+    "float8_e4m3fn": {"atol": 0.125, "rtol": 0.125},
+    "bfloat16": {"atol": 5e-2, "rtol": 2e-2},
+    "float16": {"atol": 1e-2, "rtol": 5e-3},
+    "float32": {"atol": 1e-4, "rtol": 1e-4},
+    "complex64": {"atol": 1e-4, "rtol": 1e-4},
+    "float64": {"atol": 1e-10, "rtol": 1e-10},
+}
+EXACT = {"atol": 0.0, "rtol": 0.0}
+
+
+def itemsize(name: str) -> int:
+    return DTYPES[name][0]
+
+
+def is_float(name: str) -> bool:
+    return DTYPES[name][1] in "fc"
+
+
+def least_precise(names) -> str | None:
+    """The float dtype with the fewest mantissa bits among `names`, if any."""
+    floats = [n for n in names if n in _MANTISSA]
+    return min(floats, key=_MANTISSA.__getitem__) if floats else None
+
+
+def tolerance(names, *overrides) -> dict:
+    """The tolerance for a case whose operands have dtypes `names`.
+
+    `overrides` are per-dtype tables (the spec's, then the case's), later ones win.
+    """
+    key = least_precise(names)
+    if key is None:
+        tol = dict(EXACT)
+        key = next(iter(names), "")
+    else:
+        tol = dict(TOLERANCES[key])
+    for table in overrides:
+        tol.update(table.get(key, {}))
+    return tol

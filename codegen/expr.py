@@ -1,0 +1,283 @@
+"""The spec's small expression language: parsed with `ast`, evaluated over a whitelist.
+
+Shapes, grids, block shapes, constraints and index maps are expressions over dims,
+params and grid indices. Nothing here calls eval(): a tree is accepted only if
+every node is on the whitelist, and it is evaluated by walking it.
+
+    names, ints (and float/bool constants), + - * // %, unary -,
+    comparisons, and/or/not, min(...), max(...), cdiv(a, b)
+    index maps only: ref[expr] where ref is a scalar-prefetch operand
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import operator
+from typing import Any, Mapping
+
+from .diagnostics import Location
+
+MAX_SOURCE = 1000
+MAX_MAGNITUDE = 1 << 62
+
+_BINOPS = {
+    ast.Add: (operator.add, "+"),
+    ast.Sub: (operator.sub, "-"),
+    ast.Mult: (operator.mul, "*"),
+    ast.FloorDiv: (operator.floordiv, "//"),
+    ast.Mod: (operator.mod, "%"),
+}
+_CMPOPS = {
+    ast.Eq: (operator.eq, "=="),
+    ast.NotEq: (operator.ne, "!="),
+    ast.Lt: (operator.lt, "<"),
+    ast.LtE: (operator.le, "<="),
+    ast.Gt: (operator.gt, ">"),
+    ast.GtE: (operator.ge, ">="),
+}
+
+
+def _cdiv(a, b):
+    return -(-a // b)
+
+
+FUNCTIONS = {"min": min, "max": max, "cdiv": _cdiv}
+# How each whitelisted function is spelled in generated code.
+RENDERED_FUNCTIONS = {"min": "min", "max": "max", "cdiv": "pl.cdiv"}
+
+
+class ExprError(Exception):
+    """A problem with an expression; col is a 0-based offset into its source."""
+
+    def __init__(self, code: str, message: str, col: int = 0, line: int = 0):
+        super().__init__(message)
+        self.code, self.message, self.col, self.line = code, message, col, line
+
+
+@dataclasses.dataclass(frozen=True)
+class Expr:
+    source: str
+    tree: ast.expr = dataclasses.field(compare=False, repr=False)
+    names: frozenset = dataclasses.field(compare=False)
+    loc: Location | None = dataclasses.field(default=None, compare=False)
+
+    def eval(self, env: Mapping[str, Any]) -> Any:
+        return _eval(self.tree, env)
+
+    def render(self) -> str:
+        """Python source for generated code (names stay as locals)."""
+        return _render(self.tree)
+
+    @property
+    def constant(self) -> Any:
+        return self.tree.value if isinstance(self.tree, ast.Constant) else None
+
+
+@dataclasses.dataclass(frozen=True)
+class IndexMap:
+    source: str
+    args: tuple  # grid index names (plus scalar-prefetch refs, by position)
+    results: tuple  # of Expr
+    loc: Location | None = dataclasses.field(default=None, compare=False)
+
+    @property
+    def names(self) -> frozenset:
+        return frozenset().union(*(r.names for r in self.results)) - set(self.args)
+
+    def eval(self, env: Mapping[str, Any]) -> tuple:
+        return tuple(r.eval(env) for r in self.results)
+
+    def render(self) -> str:
+        body = ", ".join(r.render() for r in self.results)
+        if len(self.results) == 1:
+            body += ","
+        return f"lambda {', '.join(self.args)}: ({body})"
+
+
+def parse_expr(value: Any, *, subscripts: bool = False) -> Expr:
+    """An int/bool/float literal from YAML, or an expression string."""
+    if isinstance(value, bool) or isinstance(value, (int, float)):
+        tree = ast.Constant(value)
+        return Expr(repr(value), tree, frozenset())
+    if not isinstance(value, str):
+        raise ExprError("E300", f"expected an expression, got {type(value).__name__}")
+    if len(value) > MAX_SOURCE:
+        raise ExprError("E300", f"expression longer than {MAX_SOURCE} characters")
+    source = value.strip()
+    lead = len(value) - len(value.lstrip())
+    try:
+        tree = ast.parse(source, mode="eval").body
+    except SyntaxError as e:
+        raise ExprError(
+            "E300", f"invalid expression: {e.msg}", lead + max((e.offset or 1) - 1, 0)
+        ) from None
+    except (RecursionError, MemoryError, ValueError):
+        raise ExprError("E300", "expression too complex") from None
+    names: set = set()
+    _check(tree, names, subscripts, lead)
+    return Expr(source, tree, frozenset(names))
+
+
+def parse_index_map(value: Any, *, subscripts: bool = False) -> IndexMap:
+    """`i, j -> (i, 0)`: grid indices before the arrow, block indices after."""
+    if not isinstance(value, str):
+        raise ExprError("E302", "an index_map is a string such as `i, j -> (i, j)`")
+    if value.count("->") != 1:
+        raise ExprError(
+            "E302", "an index_map needs exactly one `->`, as in `i, j -> (i, j)`"
+        )
+    lhs, rhs = value.split("->")
+    args = tuple(a.strip() for a in lhs.split(",")) if lhs.strip() else ()
+    for a in args:
+        if not a.isidentifier() or a in FUNCTIONS:
+            raise ExprError("E302", f"index_map argument `{a}` is not a plain name")
+    if len(set(args)) != len(args):
+        raise ExprError("E302", "index_map arguments must be distinct")
+    offset = len(lhs) + 2
+    try:
+        body = parse_expr(rhs, subscripts=subscripts)
+    except ExprError as e:
+        raise ExprError(e.code, e.message, e.col + offset) from None
+    tree = body.tree
+    parts = tree.elts if isinstance(tree, ast.Tuple) else [tree]
+    results = tuple(
+        Expr(ast.unparse(p), p, frozenset(_names(p))) for p in parts
+    )
+    return IndexMap(value.strip(), args, results)
+
+
+def _names(tree: ast.AST) -> set:
+    return {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
+
+
+def _check(node: ast.AST, names: set, subscripts: bool, lead: int, top: bool = True) -> None:
+    def bad(what: str) -> ExprError:
+        col = getattr(node, "col_offset", 0) + lead
+        return ExprError("E300", f"{what} is not allowed in an expression", col)
+
+    rec = lambda n: _check(n, names, subscripts, lead, top=False)  # noqa: E731
+    if isinstance(node, ast.Name):
+        names.add(node.id)
+    elif isinstance(node, ast.Constant):
+        if isinstance(node.value, (str, bytes, complex)) or node.value is None or node.value is ...:
+            raise bad(f"the constant {node.value!r}")
+    elif isinstance(node, ast.BinOp):
+        if type(node.op) not in _BINOPS:
+            raise bad(f"operator `{type(node.op).__name__}`")
+        rec(node.left)
+        rec(node.right)
+    elif isinstance(node, ast.UnaryOp):
+        if not isinstance(node.op, (ast.USub, ast.UAdd, ast.Not)):
+            raise bad(f"operator `{type(node.op).__name__}`")
+        rec(node.operand)
+    elif isinstance(node, ast.Compare):
+        if any(type(op) not in _CMPOPS for op in node.ops):
+            raise bad("this comparison")
+        rec(node.left)
+        for c in node.comparators:
+            rec(c)
+    elif isinstance(node, ast.BoolOp):
+        for v in node.values:
+            rec(v)
+    elif isinstance(node, ast.Call):
+        if not isinstance(node.func, ast.Name) or node.func.id not in FUNCTIONS:
+            raise bad("calling anything but min, max or cdiv")
+        if node.keywords or any(isinstance(a, ast.Starred) for a in node.args):
+            raise bad("keyword or starred arguments")
+        want = 2 if node.func.id == "cdiv" else None
+        if (want and len(node.args) != want) or len(node.args) < 1:
+            raise bad(f"`{node.func.id}` with {len(node.args)} arguments")
+        for a in node.args:
+            rec(a)
+    elif isinstance(node, ast.Tuple) and top:
+        for e in node.elts:
+            if isinstance(e, ast.Starred):
+                raise bad("a starred element")
+            rec(e)
+    elif isinstance(node, ast.Subscript) and subscripts:
+        if not isinstance(node.value, ast.Name) or isinstance(node.slice, (ast.Slice, ast.Tuple)):
+            raise bad("this subscript")
+        names.add(node.value.id)
+        rec(node.slice)
+    else:
+        raise bad(f"`{type(node).__name__}`")
+
+
+class NotEvaluable(Exception):
+    """An expression reads something only known at run time (e.g. prefetched data)."""
+
+
+def _eval(node: ast.AST, env: Mapping[str, Any]) -> Any:
+    if isinstance(node, ast.Constant):
+        return node.value
+    if isinstance(node, ast.Name):
+        if node.id not in env:
+            raise ExprError("E301", f"unknown name `{node.id}`", node.col_offset)
+        return env[node.id]
+    if isinstance(node, ast.BinOp):
+        left, right = _eval(node.left, env), _eval(node.right, env)
+        fn, sym = _BINOPS[type(node.op)]
+        if sym in ("//", "%") and right == 0:
+            raise ExprError("E303", f"division by zero in `{ast.unparse(node)}`", node.col_offset)
+        return _bounded(fn(left, right), node)
+    if isinstance(node, ast.UnaryOp):
+        v = _eval(node.operand, env)
+        if isinstance(node.op, ast.Not):
+            return not v
+        return -v if isinstance(node.op, ast.USub) else +v
+    if isinstance(node, ast.Compare):
+        left = _eval(node.left, env)
+        for op, comp in zip(node.ops, node.comparators):
+            right = _eval(comp, env)
+            if not _CMPOPS[type(op)][0](left, right):
+                return False
+            left = right
+        return True
+    if isinstance(node, ast.BoolOp):
+        values = (_eval(v, env) for v in node.values)
+        return all(values) if isinstance(node.op, ast.And) else any(values)
+    if isinstance(node, ast.Call):
+        args = [_eval(a, env) for a in node.args]
+        if node.func.id == "cdiv" and args[1] == 0:
+            raise ExprError("E303", f"division by zero in `{ast.unparse(node)}`", node.col_offset)
+        return FUNCTIONS[node.func.id](*args)
+    if isinstance(node, ast.Tuple):
+        return tuple(_eval(e, env) for e in node.elts)
+    if isinstance(node, ast.Subscript):
+        seq = _eval(node.value, env)
+        index = _eval(node.slice, env)
+        if seq is None:
+            raise NotEvaluable(ast.unparse(node))
+        if not 0 <= index < len(seq):
+            raise ExprError(
+                "E303", f"`{ast.unparse(node)}` reads index {index} of {len(seq)}", node.col_offset
+            )
+        return int(seq[index])
+    raise ExprError("E300", f"cannot evaluate `{ast.unparse(node)}`")
+
+
+def _bounded(value, node):
+    if isinstance(value, int) and abs(value) > MAX_MAGNITUDE:
+        raise ExprError("E303", f"`{ast.unparse(node)}` is too large", node.col_offset)
+    return value
+
+
+def _render(node: ast.AST) -> str:
+    """ast.unparse, with cdiv spelled as the generated module spells it."""
+    node = _Renamer().visit(_copy(node))
+    return ast.unparse(node)
+
+
+def _copy(node: ast.AST) -> ast.AST:
+    return ast.parse(ast.unparse(node), mode="eval").body if not isinstance(node, ast.Constant) else ast.Constant(node.value)
+
+
+class _Renamer(ast.NodeTransformer):
+    def visit_Call(self, node: ast.Call) -> ast.AST:
+        self.generic_visit(node)
+        spelled = RENDERED_FUNCTIONS[node.func.id]
+        if "." in spelled:
+            mod, attr = spelled.split(".")
+            node.func = ast.Attribute(ast.Name(mod, ast.Load()), attr, ast.Load())
+        return node

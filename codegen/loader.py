@@ -1,0 +1,324 @@
+"""Stage 1: YAML text -> plain data with the position of every node.
+
+Only PyYAML's safe composer is used, and we build the Python values ourselves from
+the node graph, so no constructor that could run code is ever reached. Anchors,
+aliases and non-core tags are refused outright (alias-expansion bombs cannot
+happen), duplicate keys are errors, and file size, nesting depth and scalar length
+are bounded so that hostile input fails fast.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from .diagnostics import Diagnostic, Location, SpecError
+
+MAX_FILE_BYTES = 1 << 20  # 1 MiB: a spec is a page of text, not a data set
+MAX_DEPTH = 32
+MAX_NUMBER_CHARS = 40
+MAX_STRING_CHARS = 64 * 1024
+
+_CORE = "tag:yaml.org,2002:"
+_SCALAR_TAGS = {"str", "int", "float", "bool", "null", "timestamp"}
+# YAML 1.1 reads `1e-5` (no dot) as a string; a spec author means a number.
+_EXPONENT_FLOAT = re.compile(r"^[-+]?(\d+\.?\d*|\.\d+)[eE][-+]?\d+$")
+
+Path_ = tuple  # a path into the data: keys and list indices
+
+
+@dataclasses.dataclass(frozen=True)
+class NodeInfo:
+    """Where a value sits in the file, and how it was written."""
+
+    loc: Location
+    key_loc: Location | None  # the mapping key that holds it, if any
+    style: str | None  # scalar style: None (plain), "'", '"', "|", ">"
+
+
+@dataclasses.dataclass(frozen=True)
+class Document:
+    path: str
+    text: str
+    data: dict
+    nodes: dict  # Path_ -> NodeInfo
+
+    def info(self, path: Path_) -> NodeInfo:
+        """The node at `path`, or its nearest ancestor that exists."""
+        path = tuple(path)
+        while path not in self.nodes and path:
+            path = path[:-1]
+        return self.nodes[path]
+
+    def loc(self, path: Path_) -> Location:
+        return self.info(path).loc
+
+    def key_loc(self, path: Path_) -> Location:
+        info = self.info(path)
+        return info.key_loc or info.loc
+
+    def text_loc(self, path: Path_, offset_line: int = 0, offset_col: int = 0) -> Location:
+        """The location of a character inside a string scalar.
+
+        offset_line/offset_col are 0-based within the string's value. Exact for
+        plain, quoted (single-line) and literal block scalars.
+        """
+        info = self.info(path)
+        loc = info.loc
+        if info.style in ("|", ">"):
+            first = loc.line + 1  # block content starts on the line after the indicator
+            line = first + offset_line
+            indent = _block_indent(self.text, first)
+            return Location(loc.path, line, indent + offset_col + 1)
+        quote = 1 if info.style in ("'", '"') else 0
+        if offset_line == 0:
+            return Location(loc.path, loc.line, loc.col + quote + offset_col)
+        return Location(loc.path, loc.line + offset_line, offset_col + 1)
+
+
+def _block_indent(text: str, line: int) -> int:
+    lines = text.splitlines()
+    for raw in lines[line - 1 :]:
+        if raw.strip():
+            return len(raw) - len(raw.lstrip(" "))
+    return 0
+
+
+class _LoadError(Exception):
+    def __init__(self, code: str, message: str, mark, hint: str | None = None):
+        self.code, self.message, self.mark, self.hint = code, message, mark, hint
+
+
+class _Composer(yaml.SafeLoader):
+    """The safe loader's composer, refusing anchors/aliases and deep nesting."""
+
+    def __init__(self, stream):
+        super().__init__(stream)
+        self._depth = 0
+
+    def compose_node(self, parent, index):
+        event = self.peek_event()
+        if isinstance(event, yaml.AliasEvent):
+            raise _LoadError(
+                "E103",
+                f"alias `*{event.anchor}` is not allowed",
+                event.start_mark,
+                "write the value out in full; kspec specs do not use anchors or aliases",
+            )
+        if getattr(event, "anchor", None) is not None:
+            raise _LoadError(
+                "E103",
+                f"anchor `&{event.anchor}` is not allowed",
+                event.start_mark,
+                "write the value out in full; kspec specs do not use anchors or aliases",
+            )
+        self._depth += 1
+        try:
+            if self._depth > MAX_DEPTH:
+                raise _LoadError("E108", f"nesting deeper than {MAX_DEPTH} levels", event.start_mark)
+            return super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
+
+
+def _loc(path: str, mark) -> Location:
+    return Location(path, mark.line + 1, mark.column + 1)
+
+
+def _offset_to_loc(path: str, text: str, offset: int) -> Location:
+    before = text[:offset]
+    line = before.count("\n") + 1
+    col = offset - (before.rfind("\n") + 1) + 1
+    return Location(path, line, col)
+
+
+class _Builder:
+    """Turns a composed node graph into plain JSON-like data, recording positions."""
+
+    def __init__(self, path: str):
+        self.path = path
+        self.nodes: dict = {}
+        self.errors: list[Diagnostic] = []
+        self._constructor = yaml.constructor.SafeConstructor()
+
+    def build(self, node, at: tuple, key_loc: Location | None) -> Any:
+        loc = _loc(self.path, node.start_mark)
+        style = getattr(node, "style", None) if isinstance(node, yaml.ScalarNode) else None
+        self.nodes[at] = NodeInfo(loc, key_loc, style)
+        tag = node.tag
+        if isinstance(node, yaml.MappingNode):
+            if tag != _CORE + "map":
+                return self._bad_tag(node, loc)
+            return self._mapping(node, at)
+        if isinstance(node, yaml.SequenceNode):
+            if tag != _CORE + "seq":
+                return self._bad_tag(node, loc)
+            return [self.build(item, at + (i,), None) for i, item in enumerate(node.value)]
+        return self._scalar(node, loc)
+
+    def _mapping(self, node, at: tuple) -> dict:
+        out: dict = {}
+        for key_node, value_node in node.value:
+            key_loc = _loc(self.path, key_node.start_mark)
+            if not isinstance(key_node, yaml.ScalarNode) or key_node.tag not in (
+                _CORE + "str",
+                _CORE + "int",
+                _CORE + "bool",
+                _CORE + "null",
+                _CORE + "float",
+            ):
+                if key_node.tag == _CORE + "merge":
+                    self._bad_tag(key_node, key_loc)
+                else:
+                    self.errors.append(
+                        Diagnostic("E200", "mapping keys must be plain strings", key_loc)
+                    )
+                continue
+            key = key_node.value
+            if key in out:
+                first = self.nodes[at + (key,)].key_loc
+                self.errors.append(
+                    Diagnostic(
+                        "E102",
+                        f"duplicate key `{key}` (first defined at line {first.line})",
+                        key_loc,
+                        "remove one of the two entries",
+                    )
+                )
+                continue
+            out[key] = self.build(value_node, at + (key,), key_loc)
+        return out
+
+    def _scalar(self, node, loc: Location) -> Any:
+        tag = node.tag
+        if not tag.startswith(_CORE) or tag[len(_CORE) :] not in _SCALAR_TAGS:
+            return self._bad_tag(node, loc)
+        kind = tag[len(_CORE) :]
+        value = node.value
+        if kind == "str" and node.style is None and _EXPONENT_FLOAT.match(value):
+            return float(value)
+        if kind in ("str", "timestamp"):
+            if len(value) > MAX_STRING_CHARS:
+                self.errors.append(
+                    Diagnostic("E109", f"string longer than {MAX_STRING_CHARS} characters", loc)
+                )
+                return ""
+            return value
+        if kind in ("int", "float") and len(value) > MAX_NUMBER_CHARS:
+            self.errors.append(
+                Diagnostic("E109", f"number longer than {MAX_NUMBER_CHARS} characters", loc)
+            )
+            return 0
+        construct = {
+            "int": self._constructor.construct_yaml_int,
+            "float": self._constructor.construct_yaml_float,
+            "bool": self._constructor.construct_yaml_bool,
+            "null": self._constructor.construct_yaml_null,
+        }[kind]
+        try:
+            return construct(node)
+        except (ValueError, OverflowError):
+            self.errors.append(Diagnostic("E203", f"`{value}` is not a valid {kind}", loc))
+            return None
+
+    def _bad_tag(self, node, loc: Location) -> None:
+        self.errors.append(
+            Diagnostic(
+                "E104",
+                f"tag `{node.tag}` is not allowed",
+                loc,
+                "specs hold plain strings, numbers, booleans, lists and mappings only",
+            )
+        )
+        return None
+
+
+def load_text(text: str, path: str) -> Document:
+    """Parse spec text. Raises SpecError with located diagnostics."""
+    loader = _Composer(text)
+    try:
+        root = loader.get_single_node()
+    except _LoadError as e:
+        raise SpecError([Diagnostic(e.code, e.message, _loc(path, e.mark), e.hint)]) from None
+    except yaml.reader.ReaderError as e:
+        raise SpecError(
+            [
+                Diagnostic(
+                    "E107",
+                    f"character {e.character!r} is not allowed in a spec",
+                    _offset_to_loc(path, text, e.position),
+                )
+            ]
+        ) from None
+    except yaml.MarkedYAMLError as e:
+        mark = e.problem_mark or e.context_mark
+        message = " ".join(x for x in (e.context, e.problem) if x) or "malformed YAML"
+        loc = _loc(path, mark) if mark else Location(path)
+        raise SpecError([Diagnostic("E101", message, loc)]) from None
+    except yaml.YAMLError as e:
+        raise SpecError([Diagnostic("E101", str(e).splitlines()[0], Location(path))]) from None
+    except RecursionError:
+        raise SpecError([Diagnostic("E108", "YAML nested too deeply", Location(path))]) from None
+    finally:
+        loader.dispose()
+    if root is None:
+        raise SpecError(
+            [Diagnostic("E106", "spec is empty", Location(path), "start from specs/add.yaml")]
+        )
+    builder = _Builder(path)
+    data = builder.build(root, (), None)
+    if builder.errors:
+        raise SpecError(builder.errors)
+    if not isinstance(data, dict):
+        raise SpecError(
+            [
+                Diagnostic(
+                    "E106",
+                    f"a spec must be a mapping of keys to values, not a {type(data).__name__}",
+                    _loc(path, root.start_mark),
+                )
+            ]
+        )
+    return Document(path, text, data, builder.nodes)
+
+
+def read_text(path: str | Path) -> str:
+    """Read a spec file as UTF-8 text within the size limit. Raises SpecError."""
+    shown = str(path)
+    try:
+        with open(path, "rb") as f:
+            raw = f.read(MAX_FILE_BYTES + 1)
+    except OSError as e:
+        raise SpecError([Diagnostic("E100", e.strerror or str(e), Location(shown))]) from None
+    if len(raw) > MAX_FILE_BYTES:
+        raise SpecError(
+            [
+                Diagnostic(
+                    "E105",
+                    f"spec file is larger than {MAX_FILE_BYTES // 1024} KiB",
+                    Location(shown),
+                )
+            ]
+        )
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        good = raw[: e.start].decode("utf-8")
+        raise SpecError(
+            [
+                Diagnostic(
+                    "E107",
+                    f"byte 0x{raw[e.start]:02x} is not valid UTF-8",
+                    _offset_to_loc(shown, good, len(good)),
+                    "spec files are UTF-8 text",
+                )
+            ]
+        ) from None
+
+
+def load(path: str | Path) -> Document:
+    return load_text(read_text(path), str(path))

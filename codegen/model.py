@@ -1,0 +1,355 @@
+"""Stage 3: schema-valid data -> the kernel model, frozen dataclasses with locations.
+
+Expressions are parsed here (never evaluated); a syntax error in any of them is a
+located diagnostic, and all of them are reported together.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+from typing import Any, Mapping
+
+from .backends import DEFAULT_BACKENDS
+from .diagnostics import Diagnostic, Location, SpecError
+from .expr import Expr, ExprError, IndexMap, parse_expr, parse_index_map
+from .loader import Document
+
+
+@dataclasses.dataclass(frozen=True)
+class Code:
+    """Python source from the spec, with where its first character sits in the YAML."""
+
+    source: str
+    origin: Location
+    block_indent: int | None  # literal/folded block scalars: the content's indent
+
+    def loc_of(self, line: int, col: int) -> Location:
+        """Location of 1-based `line`, 0-based `col` within the source."""
+        if self.block_indent is not None:
+            return Location(self.origin.path, self.origin.line + line, self.block_indent + col + 1)
+        if line == 1:
+            return Location(self.origin.path, self.origin.line, self.origin.col + col)
+        return Location(self.origin.path, self.origin.line + line - 1, col + 1)
+
+
+@dataclasses.dataclass(frozen=True)
+class Param:
+    name: str
+    default: Any
+    choices: tuple | None
+    doc: str
+    loc: Location
+
+
+@dataclasses.dataclass(frozen=True)
+class Operand:
+    name: str
+    role: str  # "input" | "output"
+    shape: tuple  # of Expr
+    dtypes: tuple | None  # allowed dtype names, or None when it follows another operand
+    follows: str | None  # the input whose dtype this operand shares
+    doc: str
+    loc: Location
+    dtype_loc: Location
+
+    @property
+    def rank(self) -> int:
+        return len(self.shape)
+
+
+@dataclasses.dataclass(frozen=True)
+class Block:
+    operand: str
+    block_shape: tuple  # of Expr, or None for a squeezed dim
+    index_map: IndexMap
+    loc: Location
+    shape_loc: Location
+
+
+@dataclasses.dataclass(frozen=True)
+class GridAxis:
+    name: str | None
+    size: Expr
+
+
+@dataclasses.dataclass(frozen=True)
+class Scratch:
+    name: str
+    shape: tuple  # of Expr
+    dtype: str | None
+    memory_space: str
+    kind: str  # array | dma_semaphore | semaphore | barrier
+    num_arrivals: int
+    loc: Location
+
+
+@dataclasses.dataclass(frozen=True)
+class Constraint:
+    expr: Expr
+    message: str | None
+    loc: Location
+
+
+@dataclasses.dataclass(frozen=True)
+class Variant:
+    """The kernel as one backend sees it, after that backend's overrides."""
+
+    backend: str
+    grid: tuple  # of GridAxis
+    blocks: Mapping[str, Block]
+    params: tuple  # of Param
+    scratch: tuple  # of Scratch
+    body: Code
+    compiler_params: Mapping[str, Any]
+    loc: Location
+
+    @property
+    def param_defaults(self) -> dict:
+        return {p.name: p.default for p in self.params}
+
+
+@dataclasses.dataclass(frozen=True)
+class Case:
+    name: str
+    dims: Mapping[str, int]
+    dtype: Any  # None, a dtype name, or {input: dtype}
+    params: Mapping[str, Any]
+    tolerance: Mapping[str, Mapping[str, float]]
+    loc: Location
+
+
+@dataclasses.dataclass(frozen=True)
+class KernelSpec:
+    name: str
+    doc: str
+    path: str
+    sha256: str
+    inputs: tuple  # of Operand
+    outputs: tuple  # of Operand
+    dims: tuple  # dim names, in order of first appearance in the inputs
+    constraints: tuple
+    reference: Code
+    cases: tuple
+    tolerance: Mapping[str, Mapping[str, float]]
+    variants: Mapping[str, Variant]  # backend name -> variant, in the spec's order
+    loc: Location
+
+    @property
+    def operands(self) -> tuple:
+        return self.inputs + self.outputs
+
+    def operand(self, name: str) -> Operand | None:
+        return next((o for o in self.operands if o.name == name), None)
+
+    @property
+    def backends(self) -> tuple:
+        return tuple(self.variants)
+
+
+class _Builder:
+    def __init__(self, doc: Document):
+        self.doc = doc
+        self.errors: list[Diagnostic] = []
+
+    # -- expressions ------------------------------------------------------
+    def expr(self, value: Any, at: tuple) -> Expr | None:
+        try:
+            e = parse_expr(value)
+        except ExprError as err:
+            self.errors.append(Diagnostic(err.code, err.message, self.doc.text_loc(at, 0, err.col)))
+            return None
+        return dataclasses.replace(e, loc=self.doc.loc(at))
+
+    def condition(self, value: Any, at: tuple) -> Expr | None:
+        return self.expr(value, at)
+
+    def index_map(self, value: Any, at: tuple) -> IndexMap | None:
+        try:
+            m = parse_index_map(value, subscripts=True)
+        except ExprError as err:
+            self.errors.append(Diagnostic(err.code, err.message, self.doc.text_loc(at, 0, err.col)))
+            return None
+        results = tuple(dataclasses.replace(r, loc=self.doc.loc(at)) for r in m.results)
+        return dataclasses.replace(m, results=results, loc=self.doc.loc(at))
+
+    def code(self, at: tuple) -> Code:
+        info = self.doc.info(at)
+        value = self.doc.data
+        for key in at:
+            value = value[key]
+        if info.style in ("|", ">"):
+            first = self.doc.text_loc(at, 0, 0)
+            return Code(value, Location(first.path, first.line - 1, first.col), first.col - 1)
+        quote = 1 if info.style in ("'", '"') else 0
+        origin = Location(info.loc.path, info.loc.line, info.loc.col + quote)
+        return Code(value, origin, None)
+
+    # -- entities -----------------------------------------------------------
+    def params(self, raw: Mapping, at: tuple) -> tuple:
+        out = []
+        for name, value in (raw or {}).items():
+            here = at + (name,)
+            if isinstance(value, dict):
+                choices = tuple(value["choices"]) if "choices" in value else None
+                out.append(Param(name, value["default"], choices, value.get("doc", ""), self.doc.key_loc(here)))
+            else:
+                out.append(Param(name, value, None, "", self.doc.key_loc(here)))
+        return tuple(out)
+
+    def operands(self, raw: Mapping, role: str, at: tuple, inputs: set) -> tuple:
+        out = []
+        for name, spec in raw.items():
+            here = at + (name,)
+            shape = tuple(self.expr(v, here + ("shape", i)) for i, v in enumerate(spec["shape"]))
+            dtype = spec["dtype"]
+            follows = None
+            if isinstance(dtype, list):
+                dtypes = tuple(dtype)
+            elif dtype in inputs:
+                dtypes, follows = None, dtype
+            else:
+                dtypes = (dtype,)
+            out.append(
+                Operand(
+                    name,
+                    role,
+                    shape,
+                    dtypes,
+                    follows,
+                    spec.get("doc", ""),
+                    self.doc.key_loc(here),
+                    self.doc.loc(here + ("dtype",)),
+                )
+            )
+        return tuple(out)
+
+    def grid(self, raw: Any, at: tuple) -> tuple:
+        if raw is None:
+            return ()
+        if isinstance(raw, dict):
+            return tuple(GridAxis(k, self.expr(v, at + (k,))) for k, v in raw.items())
+        return tuple(GridAxis(None, self.expr(v, at + (i,))) for i, v in enumerate(raw))
+
+    def blocks(self, raw: Mapping, at: tuple) -> dict:
+        out = {}
+        for name, spec in (raw or {}).items():
+            here = at + (name,)
+            shape = tuple(
+                None if v is None else self.expr(v, here + ("block_shape", i))
+                for i, v in enumerate(spec["block_shape"])
+            )
+            imap = self.index_map(spec["index_map"], here + ("index_map",))
+            out[name] = Block(name, shape, imap, self.doc.key_loc(here), self.doc.loc(here + ("block_shape",)))
+        return out
+
+    def scratch(self, raw: Mapping, at: tuple) -> tuple:
+        out = []
+        for name, spec in (raw or {}).items():
+            here = at + (name,)
+            shape = tuple(self.expr(v, here + ("shape", i)) for i, v in enumerate(spec["shape"]))
+            out.append(
+                Scratch(
+                    name,
+                    shape,
+                    spec.get("dtype"),
+                    spec.get("memory_space", "vmem"),
+                    spec.get("kind", "array"),
+                    spec.get("num_arrivals", 1),
+                    self.doc.key_loc(here),
+                )
+            )
+        return tuple(out)
+
+    def variants(self, data: Mapping) -> dict:
+        base_params = self.params(data.get("params"), ("params",))
+        base_grid = self.grid(data.get("grid"), ("grid",))
+        base_blocks = self.blocks(data.get("blocks"), ("blocks",))
+        base_scratch = self.scratch(data.get("scratch"), ("scratch",))
+        base_body = self.code(("body",))
+        declared = data.get("backends") or {name: None for name in DEFAULT_BACKENDS}
+        out = {}
+        for name, over in declared.items():
+            over = over or {}
+            at = ("backends", name)
+            params = {p.name: p for p in base_params}
+            params.update({p.name: p for p in self.params(over.get("params"), at + ("params",))})
+            blocks = dict(base_blocks)
+            blocks.update(self.blocks(over.get("blocks"), at + ("blocks",)))
+            out[name] = Variant(
+                backend=name,
+                grid=self.grid(over["grid"], at + ("grid",)) if "grid" in over else base_grid,
+                blocks=blocks,
+                params=tuple(params.values()),
+                scratch=self.scratch(over["scratch"], at + ("scratch",)) if "scratch" in over else base_scratch,
+                body=self.code(at + ("body",)) if "body" in over else base_body,
+                compiler_params=dict(over.get("compiler_params") or {}),
+                loc=self.doc.key_loc(at) if "backends" in data else self.doc.loc(()),
+            )
+        return out
+
+    def cases(self, raw: list) -> tuple:
+        out = []
+        for i, case in enumerate(raw):
+            here = ("cases", i)
+            dims = {k: v for k, v in case.items() if k not in ("name", "dtype", "params", "tolerance")}
+            out.append(
+                Case(
+                    case.get("name") or f"case{i}",
+                    dims,
+                    case.get("dtype"),
+                    dict(case.get("params") or {}),
+                    dict(case.get("tolerance") or {}),
+                    self.doc.loc(here),
+                )
+            )
+        return tuple(out)
+
+    def constraints(self, raw: list) -> tuple:
+        out = []
+        for i, c in enumerate(raw or []):
+            here = ("constraints", i)
+            if isinstance(c, dict):
+                e = self.condition(c["expr"], here + ("expr",))
+                out.append(Constraint(e, c.get("message"), self.doc.loc(here)))
+            else:
+                out.append(Constraint(self.condition(c, here), None, self.doc.loc(here)))
+        return tuple(out)
+
+
+def _dims(inputs: tuple, params: set) -> tuple:
+    seen: list = []
+    for op in inputs:
+        for e in op.shape:
+            if e is not None and e.source.isidentifier() and e.source not in params and e.source not in seen:
+                seen.append(e.source)
+    return tuple(seen)
+
+
+def build(doc: Document) -> KernelSpec:
+    """Build the model from a schema-valid document; raise SpecError on bad expressions."""
+    data = doc.data
+    b = _Builder(doc)
+    input_names = set(data["inputs"])
+    inputs = b.operands(data["inputs"], "input", ("inputs",), input_names)
+    outputs = b.operands(data["outputs"], "output", ("outputs",), input_names)
+    variants = b.variants(data)
+    spec = KernelSpec(
+        name=data["name"],
+        doc=data.get("doc", "").strip(),
+        path=doc.path,
+        sha256=hashlib.sha256(doc.text.encode("utf-8")).hexdigest(),
+        inputs=inputs,
+        outputs=outputs,
+        dims=(),
+        constraints=b.constraints(data.get("constraints")),
+        reference=b.code(("reference",)),
+        cases=b.cases(data["cases"]),
+        tolerance=dict(data.get("tolerance") or {}),
+        variants=variants,
+        loc=doc.loc(()),
+    )
+    if b.errors:
+        raise SpecError(b.errors)
+    all_params = {p.name for v in variants.values() for p in v.params}
+    return dataclasses.replace(spec, dims=_dims(inputs, all_params))

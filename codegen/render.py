@@ -1,0 +1,240 @@
+"""Stage 5: the checked model -> the generated package's files (text, no banner yet).
+
+Templates in templates/ receive plain strings built here; spec text reaches them only
+as data (never as template source), so `{{ }}` in a spec is inert. Every accepted
+spec renders Python that parses: render() checks that before returning.
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+import textwrap
+from pathlib import Path
+
+import jinja2
+
+from .backends import AUTO, BACKENDS
+from .model import KernelSpec, Variant
+
+TEMPLATES = Path(__file__).resolve().parent.parent / "templates"
+
+
+def _docstring(text: str, indent: int) -> str:
+    """Text safe inside a triple-quoted docstring, continuation lines indented."""
+    text = (text or "").strip().replace("\\", "\\\\").replace('"""', '\\"\\"\\"')
+    if text.endswith('"'):
+        text = text[:-1] + '\\"'
+    pad = " " * indent
+    return "\n".join((pad + line if line.strip() and i else line.rstrip()) for i, line in enumerate(text.splitlines()))
+
+
+def _indent_code(source: str, indent: int) -> str:
+    return textwrap.indent(source.rstrip("\n") + "\n", " " * indent).rstrip("\n")
+
+
+@functools.lru_cache(maxsize=1)
+def _env() -> jinja2.Environment:
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(TEMPLATES)),
+        undefined=jinja2.StrictUndefined,
+        keep_trailing_newline=True,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        autoescape=False,
+    )
+    env.filters["docstring"] = _docstring
+    env.filters["indent_code"] = _indent_code
+    return env
+
+
+def jnp_dtype(name: str) -> str:
+    return "jnp.bool_" if name == "bool" else f"jnp.{name}"
+
+
+def _tuple(items) -> str:
+    items = list(items)
+    return "(" + ", ".join(items) + ("," if len(items) == 1 else "") + ")"
+
+
+def _dtype_expr(spec: KernelSpec, op) -> str:
+    return f"{op.follows}.dtype" if op.follows else jnp_dtype(op.dtypes[0])
+
+
+class _Context:
+    """Strings the templates need, computed once per spec."""
+
+    def __init__(self, spec: KernelSpec):
+        self.spec = spec
+        self.inputs = [o.name for o in spec.inputs]
+        bound: set = set()
+        self.bindings, self.shape_checks = [], []
+        for op in spec.inputs:
+            fresh = [
+                (i, e.source) for i, e in enumerate(op.shape) if e.source in spec.dims and e.source not in bound
+            ]
+            if fresh and len(fresh) == op.rank:
+                self.bindings.append(f"{', '.join(n for _, n in fresh)}{',' if op.rank == 1 else ''} = {op.name}.shape")
+            else:
+                self.bindings += [f"{n} = {op.name}.shape[{i}]" for i, n in fresh]
+            bound.update(n for _, n in fresh)
+            if len(fresh) != op.rank:
+                self.shape_checks.append((op.name, _tuple(e.render() for e in op.shape)))
+        names_in_shapes = set().union(*(e.names for o in spec.inputs for e in o.shape))
+        self.bind_params = sorted(names_in_shapes - set(spec.dims))
+        self.dims_tuple = ", ".join(spec.dims) if spec.dims else "()"
+        if len(spec.dims) == 1:
+            self.dims_tuple += ","
+        self.dims_lhs = (", ".join(spec.dims) + ("," if len(spec.dims) == 1 else "")) if spec.dims else "_"
+        outs = [f"{o.name} [{', '.join(e.source for e in o.shape)}]" for o in spec.outputs]
+        self.returns = outs[0] if len(outs) == 1 else "the tuple (" + ", ".join(outs) + ")"
+
+    def common(self) -> dict:
+        spec = self.spec
+        return {
+            "name": spec.name,
+            "doc": spec.doc or f"The `{spec.name}` kernel.",
+            "inputs": self.inputs,
+            "dims": spec.dims,
+            "dims_lhs": self.dims_lhs,
+            "bind_params": self.bind_params,
+            "returns": self.returns,
+        }
+
+    def signature(self) -> dict:
+        ranks = [(o.name, o.rank) for o in self.spec.inputs]
+        dtype_checks = [
+            (o.name, _tuple(f"{o.follows}.dtype" for _ in [0]) if o.follows else _tuple(jnp_dtype(d) for d in o.dtypes))
+            for o in self.spec.inputs
+        ]
+        return dict(
+            self.common(),
+            ranks=ranks,
+            bindings=self.bindings,
+            shape_checks=self.shape_checks,
+            dtype_checks=dtype_checks,
+            dims_tuple=self.dims_tuple,
+        )
+
+    def params(self, variant: Variant) -> list:
+        return [
+            {"name": p.name, "default": repr(p.default), "doc": p.doc} for p in variant.params
+        ]
+
+    def signature_of(self, variant: Variant, extra: tuple = ()) -> str:
+        kwargs = [f"{p.name}={p.default!r}" for p in variant.params] + list(extra)
+        return ", ".join(self.inputs + (["*"] + kwargs if kwargs else []))
+
+    def reference(self) -> dict:
+        base = next(iter(self.spec.variants.values()))
+        return dict(self.common(), signature=self.signature_of(base), reference=self.spec.reference.source)
+
+    def kernel(self, variant: Variant) -> dict:
+        spec = self.spec
+        backend = BACKENDS[variant.backend]
+        refs = [f"{o.name}_ref" for o in spec.operands] + [f"{s.name}_ref" for s in variant.scratch]
+        kwargs = [p.name for p in variant.params] + list(spec.dims)
+        static = [p.name for p in variant.params] + (["interpret"] if backend.interpret == "interpret" else [])
+        out_shapes = [
+            f"jax.ShapeDtypeStruct({_tuple(e.render() for e in o.shape)}, {_dtype_expr(spec, o)})"
+            for o in spec.outputs
+        ]
+        out_specs = [self._block(variant, o) for o in spec.outputs]
+        input_docs = [
+            f"{o.name}: [{', '.join(e.source for e in o.shape)}] "
+            f"{'same dtype as ' + o.follows if o.follows else ' | '.join(o.dtypes)}"
+            + (f". {o.doc.strip()}" if o.doc else "")
+            for o in spec.inputs
+        ]
+        return dict(
+            self.common(),
+            backend=backend,
+            body=variant.body.source,
+            kernel_refs=refs,
+            kernel_kwargs=kwargs,
+            params=self.params(variant),
+            signature=self.signature_of(variant, ("interpret=False",) if backend.interpret == "interpret" else ()),
+            static_argnames=_tuple(f'"{s}"' for s in static),
+            input_docs=input_docs,
+            out_shape=out_shapes[0] if len(out_shapes) == 1 else "[" + ", ".join(out_shapes) + "]",
+            grid=_tuple(a.size.render() for a in variant.grid),
+            in_specs=[self._block(variant, o) for o in spec.inputs],
+            out_specs=out_specs[0] if len(out_specs) == 1 else "[" + ", ".join(out_specs) + "]",
+            scratch_shapes=[self._scratch(variant, s) for s in variant.scratch],
+            compiler_params=self._compiler_params(variant),
+        )
+
+    def _block(self, variant: Variant, op) -> str:
+        block = variant.blocks.get(op.name)
+        grid_args = ", ".join(f"_{i}" for i in range(len(variant.grid)))
+        if block is None:
+            zeros = _tuple("0" for _ in op.shape)
+            return f"pl.BlockSpec({_tuple(e.render() for e in op.shape)}, lambda {grid_args}: {zeros})"
+        shape = _tuple("pl.squeezed" if e is None else e.render() for e in block.block_shape)
+        return f"pl.BlockSpec({shape}, {block.index_map.render()})"
+
+    def _scratch(self, variant: Variant, s) -> str:
+        shape = _tuple(e.render() for e in s.shape)
+        if s.kind == "dma_semaphore":
+            return f"pltpu.SemaphoreType.DMA({shape})"
+        if s.kind == "semaphore":
+            return f"pltpu.SemaphoreType.REGULAR({shape})"
+        if s.kind == "barrier":
+            count = s.shape[0].render() if s.shape else "1"
+            return f"plgpu.Barrier(num_arrivals={s.num_arrivals}, num_barriers={count})"
+        if variant.backend == "mosaic_gpu":
+            return f"plgpu.SMEM({shape}, {jnp_dtype(s.dtype)})"
+        space = "SMEM" if s.memory_space == "smem" else "VMEM"
+        return f"pltpu.{space}({shape}, {jnp_dtype(s.dtype)})"
+
+    def _compiler_params(self, variant: Variant) -> str | None:
+        cls = BACKENDS[variant.backend].compiler_params_class
+        if cls is None or not variant.compiler_params:
+            return f"{cls}()" if cls else None
+        args = []
+        for key, value in variant.compiler_params.items():
+            if key == "lowering_semantics":
+                value_src = f"plgpu.LoweringSemantics.{value.capitalize()}"
+            elif isinstance(value, list):
+                value_src = _tuple(repr(v) for v in value)
+            else:
+                value_src = repr(value)
+            args.append(f"{key}={value_src}")
+        return f"{cls}({', '.join(args)})"
+
+    def package(self, spec_path: str) -> dict:
+        spec = self.spec
+        backends = list(spec.variants)
+        platforms = {b: BACKENDS[b].platforms for b in backends}
+        # On each platform, the declared backends AUTO allows, in the spec's order.
+        auto = {p: tuple(b for b in backends if b in prefs) for p, prefs in AUTO.items()}
+        auto = {p: bs for p, bs in auto.items() if bs}
+        params = []
+        for v in spec.variants.values():
+            params += [p.name for p in v.params if p.name not in params]
+        return dict(
+            self.common(),
+            spec_path=spec_path,
+            backends=backends,
+            backends_tuple=_tuple(repr(b) for b in backends),
+            platforms=repr(platforms),
+            auto=repr(auto),
+            params=params,
+            params_dict="{" + ", ".join(f'"{p}": {p}' for p in params) + "}",
+        )
+
+
+def render(spec: KernelSpec, spec_path: str) -> dict:
+    """{relative file name: content} for generated/<name>/. Content has no banner."""
+    ctx = _Context(spec)
+    env = _env()
+    files = {
+        "__init__.py": env.get_template("package.py.j2").render(ctx.package(spec_path)),
+        "_signature.py": env.get_template("signature.py.j2").render(ctx.signature()),
+        "reference.py": env.get_template("reference.py.j2").render(ctx.reference()),
+    }
+    for name, variant in spec.variants.items():
+        files[f"{name}.py"] = env.get_template("kernel.py.j2").render(ctx.kernel(variant))
+    for fname, text in files.items():
+        ast.parse(text, filename=f"generated/{spec.name}/{fname}")  # a bug in kspec if this fails
+    return files

@@ -1,0 +1,270 @@
+"""Backend hardware rules, checked per case on evaluated instances before anything is traced.
+
+Each rule names the operand and the rule, and suggests a fix. The numbers are the
+documented limits of each compiler:
+  Mosaic TPU: (8 x packing, 128) tiling of the last two block dims; `parallel` grid
+    axes may not revisit an output block; blocks x buffering + scratch fit scoped VMEM.
+  Triton: block dims are powers of two; dot operands have every dim >= 16.
+  Mosaic GPU: blocks x pipeline depth + SMEM scratch fit shared memory (227 KiB on Hopper).
+"""
+
+from __future__ import annotations
+
+import ast
+import itertools
+import math
+
+from . import dtypes as dt
+from .diagnostics import Diagnostic
+
+TPU_DEFAULT_VMEM_LIMIT = 16 * 1024 * 1024  # Mosaic's default scoped VMEM limit (v4/v5e)
+TPU_BUFFERS = 2  # BlockSpec inputs and outputs are double-buffered by default
+HOPPER_SMEM_LIMIT = 227 * 1024
+TRITON_MIN_DOT = 16
+DOT_FUNCTIONS = {"dot", "matmul", "dot_general"}
+
+
+def check(inst) -> list:
+    rules = {"mosaic_tpu": _mosaic_tpu, "triton": _triton, "mosaic_gpu": _mosaic_gpu}
+    rule = rules.get(inst.variant.backend)
+    return rule(inst) if rule else []
+
+
+def _where(inst) -> str:
+    return f"case `{inst.case.name}` ({inst.variant.backend})"
+
+
+def _loc(inst, name: str):
+    block = inst.variant.blocks.get(name)
+    return block.loc if block is not None else inst.spec.operand(name).loc
+
+
+def _semantics_length(inst, key: str, want: int, what: str) -> list:
+    values = inst.variant.compiler_params.get(key)
+    if values is None or len(values) == want:
+        return []
+    return [
+        Diagnostic(
+            "E704",
+            f"{inst.variant.backend}: {key} has {len(values)} entries but the kernel has {want} {what}",
+            inst.variant.loc,
+            f"give one entry per {what[:-1]}",
+        )
+    ]
+
+
+# -- Mosaic TPU -------------------------------------------------------------------
+
+
+def tpu_sublane_tile(dtype: str) -> int:
+    """Second-minor tile: 8 rows of 32-bit words, times the packing of narrower types."""
+    return 8 * max(1, 4 // dt.itemsize(dtype))
+
+
+def _mosaic_tpu(inst) -> list:
+    out = _semantics_length(inst, "dimension_semantics", len(inst.grid), "grid axes")
+    out += _semantics_length(inst, "allow_input_fusion", len(inst.spec.inputs), "inputs")
+    for op in inst.spec.operands:
+        if op.name not in inst.variant.blocks:
+            continue  # a whole-array block always satisfies the tiling rule
+        shape, block, dtype = inst.shapes[op.name], inst.block_shapes[op.name], inst.dtypes[op.name]
+        tiles = [tpu_sublane_tile(dtype), 128][-min(2, len(shape)) :]
+        for d, tile in zip(range(len(shape) - len(tiles), len(shape)), tiles):
+            b = block[d]
+            if b is None or b == shape[d] or b % tile == 0:
+                continue
+            which = "last" if d == len(shape) - 1 else "second-to-last"
+            out.append(
+                Diagnostic(
+                    "E701",
+                    f"{_where(inst)}: {op.name} block dim {d} is {b}; on TPU the {which} block dim must be "
+                    f"divisible by {tile} for {dtype} or equal the array dim ({shape[d]})",
+                    _loc(inst, op.name),
+                    f"use a multiple of {tile} (e.g. {max(tile, b // tile * tile)}) or the full dim",
+                )
+            )
+    out += _tpu_parallel_revisits(inst)
+    out += _tpu_vmem(inst)
+    return out
+
+
+def _tpu_parallel_revisits(inst) -> list:
+    semantics = inst.variant.compiler_params.get("dimension_semantics") or []
+    parallel = [a for a, s in enumerate(semantics) if s in ("parallel", "core_parallel") and a < len(inst.grid)]
+    out = []
+    for op in inst.spec.outputs:
+        block = inst.variant.blocks.get(op.name)
+        for axis in parallel:
+            if inst.grid[axis] < 2:
+                continue
+            point = _revisit(inst, block, axis)
+            if point is None:
+                continue
+            label = inst.variant.grid[axis].name or f"axis {axis}"
+            out.append(
+                Diagnostic(
+                    "E702",
+                    f"{_where(inst)}: output {op.name} is written by several steps of parallel grid "
+                    f"{label} (grid points {point[0]} and {point[1]} write the same block)",
+                    _loc(inst, op.name),
+                    f"mark grid {label} `arbitrary` in dimension_semantics, or index {op.name}'s blocks by it",
+                )
+            )
+    return out
+
+
+def _revisit(inst, block, axis: int):
+    """Two grid points differing only along `axis` that map to the same output block."""
+    if block is None:
+        a = [0] * len(inst.grid)
+        b = list(a)
+        b[axis] = 1
+        return tuple(a), tuple(b)
+    others = [range(n) if i != axis else [0] for i, n in enumerate(inst.grid)]
+    for base in itertools.islice(itertools.product(*others), 256):
+        seen = {}
+        for k in range(min(inst.grid[axis], 64)):
+            point = list(base)
+            point[axis] = k
+            env = dict(inst.env, **dict(zip(block.index_map.args, point)))
+            try:
+                idx = block.index_map.eval(env)
+            except Exception:  # noqa: BLE001 - unevaluable maps (prefetch) cannot be judged here
+                return None
+            if idx in seen:
+                return seen[idx], tuple(point)
+            seen[idx] = tuple(point)
+    return None
+
+
+def _block_bytes(inst, name: str) -> int:
+    block = inst.block_shapes[name]
+    return math.prod(1 if b is None else b for b in block) * dt.itemsize(inst.dtypes[name])
+
+
+def _scratch_bytes(inst, spaces: tuple) -> int:
+    total = 0
+    for s in inst.variant.scratch:
+        if s.kind == "array" and s.memory_space in spaces:
+            total += math.prod(inst.scratch_shapes[s.name]) * dt.itemsize(s.dtype)
+    return total
+
+
+def _tpu_vmem(inst) -> list:
+    limit = inst.variant.compiler_params.get("vmem_limit_bytes") or TPU_DEFAULT_VMEM_LIMIT
+    blocks = sum(_block_bytes(inst, o.name) for o in inst.spec.operands) * TPU_BUFFERS
+    total = blocks + _scratch_bytes(inst, ("vmem",))
+    if total <= limit:
+        return []
+    return [
+        Diagnostic(
+            "E703",
+            f"{_where(inst)}: VMEM estimate {total / 2**20:.1f} MiB (blocks x {TPU_BUFFERS} buffers "
+            f"{blocks / 2**20:.1f} MiB + scratch) exceeds the limit of {limit / 2**20:.1f} MiB",
+            inst.variant.loc,
+            "use smaller blocks, or raise compiler_params.vmem_limit_bytes",
+        )
+    ]
+
+
+# -- Triton -------------------------------------------------------------------------
+
+
+def _triton(inst) -> list:
+    out = []
+    for op in inst.spec.operands:
+        for d, b in enumerate(inst.block_shapes[op.name]):
+            if b is not None and b & (b - 1):
+                out.append(
+                    Diagnostic(
+                        "E711",
+                        f"{_where(inst)}: {op.name} block dim {d} is {b}; Triton block dims must be powers of two",
+                        _loc(inst, op.name),
+                        f"use {1 << (b - 1).bit_length()} (padding covers the ragged edge) or {1 << (b.bit_length() - 1)}",
+                    )
+                )
+    for name in sorted(dot_operands(inst.variant.body.source)):
+        block = inst.block_shapes.get(name.removesuffix("_ref"))
+        if block is None:
+            continue
+        small = [b for b in block if b is not None and b < TRITON_MIN_DOT]
+        if small:
+            op = name.removesuffix("_ref")
+            out.append(
+                Diagnostic(
+                    "E712",
+                    f"{_where(inst)}: {op} is a dot operand with block {tuple(block)}; "
+                    f"Triton dots need every dim >= {TRITON_MIN_DOT}",
+                    _loc(inst, op),
+                    f"make each block dim of {op} at least {TRITON_MIN_DOT}",
+                )
+            )
+    return out
+
+
+def dot_operands(source: str) -> set:
+    """Ref names whose whole block feeds a dot in the body (`x_ref[...]` or via one variable)."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return set()
+    loads = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+            ref = _whole_load(node.value)
+            if ref:
+                loads[node.targets[0].id] = ref
+    found = set()
+    for node in ast.walk(tree):
+        args = []
+        if isinstance(node, ast.Call):
+            fn = node.func
+            name = fn.attr if isinstance(fn, ast.Attribute) else getattr(fn, "id", "")
+            if name in DOT_FUNCTIONS:
+                args = node.args[:2]
+        elif isinstance(node, ast.BinOp) and isinstance(node.op, ast.MatMult):
+            args = [node.left, node.right]
+        for a in args:
+            ref = _whole_load(a) or (loads.get(a.id) if isinstance(a, ast.Name) else None)
+            if ref:
+                found.add(ref)
+    return found
+
+
+def _whole_load(node):
+    """`x_ref[...]` or `x_ref[:]` or `x_ref[:, :]`, possibly `.astype(...)`'d: the ref's name."""
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "astype":
+        node = node.func.value
+    if not (isinstance(node, ast.Subscript) and isinstance(node.value, ast.Name)):
+        return None
+    s = node.slice
+    parts = s.elts if isinstance(s, ast.Tuple) else [s]
+    whole = all(
+        (isinstance(p, ast.Constant) and p.value is Ellipsis)
+        or (isinstance(p, ast.Slice) and p.lower is None and p.upper is None and p.step is None)
+        for p in parts
+    )
+    return node.value.id if whole and node.value.id.endswith("_ref") else None
+
+
+# -- Mosaic GPU -----------------------------------------------------------------------
+
+
+def _mosaic_gpu(inst) -> list:
+    out = _semantics_length(inst, "dimension_semantics", len(inst.grid), "grid axes")
+    params = inst.variant.compiler_params
+    depth = params.get("max_concurrent_steps", 1)
+    blocked = [o.name for o in inst.spec.operands]
+    blocks = sum(_block_bytes(inst, n) for n in blocked) * max(depth, 1)
+    total = blocks + _scratch_bytes(inst, ("smem", "vmem")) + params.get("reduction_scratch_bytes", 2048)
+    if total > HOPPER_SMEM_LIMIT:
+        out.append(
+            Diagnostic(
+                "E721",
+                f"{_where(inst)}: shared memory estimate {total // 1024} KiB (blocks x {depth} steps "
+                f"{blocks // 1024} KiB + scratch) exceeds {HOPPER_SMEM_LIMIT // 1024} KiB per block on Hopper",
+                inst.variant.loc,
+                "use smaller blocks or fewer max_concurrent_steps",
+            )
+        )
+    return out
