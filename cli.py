@@ -136,6 +136,107 @@ def generate(
     raise typer.Exit(1 if failed else 0)
 
 
+@app.command()
+def verify(
+    paths: Optional[List[Path]] = PathsArg,
+    backend: Optional[List[str]] = typer.Option(None, "--backend", "-b", help="Only these backends (repeatable)."),
+    case: Optional[List[str]] = typer.Option(None, "--case", help="Only cases with these names (repeatable)."),
+    seed: Optional[int] = typer.Option(None, "--seed", help="Seed for the random inputs (default: fresh, printed)."),
+    json_path: Optional[Path] = typer.Option(None, "--json", help="Write results as JSON (see docs/verify.md)."),
+    junit_path: Optional[Path] = typer.Option(None, "--junit", help="Write results as JUnit XML."),
+    lower: bool = typer.Option(False, "--lower", help="Lower each backend for its own platform instead of running."),
+    timeout: float = typer.Option(300.0, "--timeout", help="Seconds allowed per case."),
+) -> None:
+    """Run every case x dtype x backend this machine can run against the reference (exit 1 on any failure)."""
+    import json
+    import secrets
+    from collections import Counter
+
+    from codegen import verify as v
+    from codegen.backends import BACKENDS
+
+    unknown = [b for b in backend or [] if b not in BACKENDS]
+    if unknown:
+        typer.echo(f"error: unknown backend {unknown[0]!r}; known: {', '.join(BACKENDS)}", err=True)
+        raise typer.Exit(2)
+    results = _compile_all(paths)
+    code = _summary(results)
+    if code:
+        raise typer.Exit(code)
+    drift = v.stale(results)
+    if drift:
+        for path, reason in drift:
+            typer.echo(f"{_shown(path)}: {reason}")
+        typer.echo("generated/ is out of date: run `kspec generate` first")
+        raise typer.Exit(1)
+    seed = seed if seed is not None else secrets.randbelow(2**31)
+    typer.echo(f"seed: {seed}  (reproduce with --seed {seed})")
+    session = v.Session(v.worker_env(), timeout)
+    info = session.info
+    typer.echo(f"jax {info['jax_version']} on {info['platform']} ({info['device']})")
+    tasks, skipped = v.plan(
+        results, backends=backend or [], cases=case or [], seed=seed, lower=lower, platform=info["platform"]
+    )
+    try:
+        outcomes = _run_with_progress(session, tasks)
+    finally:
+        session.close()
+    rows = outcomes + skipped
+    typer.echo(_table(outcomes))
+    for (name, why), n in sorted(Counter((r["backend"], r["message"]) for r in skipped).items()):
+        typer.echo(f"skipped {n} {name} task(s): {why}")
+    counts = v.summary(rows)
+    if json_path:
+        payload = v.to_json(rows, seed=seed, jax_version=info["jax_version"], device=info["device"])
+        json_path.write_text(json.dumps(payload, indent=2) + "\n")
+    if junit_path:
+        junit_path.write_text(v.to_junit(rows))
+    typer.echo(
+        f"{counts['pass']} passed, {counts['fail']} failed, {counts['error']} errors, {counts['skip']} skipped"
+    )
+    raise typer.Exit(1 if counts["fail"] or counts["error"] else 0)
+
+
+def _run_with_progress(session, tasks: list) -> list:
+    """Run tasks, with a progress bar on a terminal and a line per finished task otherwise."""
+    out = []
+    if sys.stderr.isatty():
+        from rich.progress import Progress
+
+        with Progress(transient=True) as progress:
+            bar = progress.add_task("verifying", total=len(tasks))
+            for task in tasks:
+                progress.update(bar, description=task.label)
+                out.append(session.run(task))
+                progress.advance(bar)
+        return out
+    for i, task in enumerate(tasks, 1):
+        out.append(session.run(task))
+        typer.echo(f"[{i}/{len(tasks)}] {out[-1]['status']:5} {task.label}", err=True)
+    return out
+
+
+def _fmt(value) -> str:
+    return "-" if value is None else f"{value:.2e}" if isinstance(value, float) else str(value)
+
+
+def _table(rows: list) -> str:
+    """A plain-text summary table, one row per task; messages follow failed rows."""
+    head = ("kernel", "backend", "mode", "case", "dtype", "status", "max_abs_err", "rel_err", "seconds")
+    body = [
+        (r["kernel"], r["backend"], r["mode"], r["case"], r["dtype"], r["status"],
+         _fmt(r["max_abs_err"]), _fmt(r["rel_err"]), "-" if r["seconds"] is None else f"{r['seconds']:.2f}")
+        for r in rows
+    ]
+    widths = [max(len(str(x)) for x in col) for col in zip(head, *body)]
+    lines = ["  ".join(str(x).ljust(w) for x, w in zip(head, widths)).rstrip()]
+    for r, row in zip(rows, body):
+        lines.append("  ".join(str(x).ljust(w) for x, w in zip(row, widths)).rstrip())
+        if r["status"] in ("fail", "error") and r["message"]:
+            lines += ["    " + ln for ln in r["message"].splitlines()[:6]]
+    return "\n".join(lines)
+
+
 def _shown(path: Path) -> str:
     try:
         return str(path.resolve().relative_to(Path.cwd()))

@@ -1,0 +1,228 @@
+"""`kspec verify`: run every generated kernel against its reference.
+
+The parent process plans tasks (spec x backend x case x dtype) and hands them to
+worker processes (`codegen.worker`), one task at a time: a task that crashes its
+worker, hangs past the timeout or exhausts memory fails alone, and a fresh worker
+takes the remaining tasks. Only the workers import jax and the generated modules.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import multiprocessing as mp
+import os
+import time
+from pathlib import Path
+
+from . import checks, pipeline, writer
+from .backends import BACKENDS
+
+STATUSES = ("pass", "fail", "error", "skip")
+
+
+@dataclasses.dataclass(frozen=True)
+class Task:
+    spec_path: str
+    kernel: str
+    backend: str
+    case: str
+    case_index: int
+    dtypes: tuple  # ((operand, dtype), ...), inputs first
+    dtype_label: str  # the inputs' dtypes, for reports
+    seed: int
+    mode: str  # "run" | "lower"
+    out_root: str
+
+    @property
+    def label(self) -> str:
+        return f"{self.kernel}[{self.backend}] {self.case} {self.dtype_label}"
+
+
+def result(task: Task, status: str, message: str = "", **metrics) -> dict:
+    out = {
+        "kernel": task.kernel,
+        "backend": task.backend,
+        "case": task.case,
+        "dtype": task.dtype_label,
+        "mode": task.mode,
+        "status": status,
+        "max_abs_err": None,
+        "max_rel_err": None,
+        "rel_err": None,
+        "frac_within_tol": None,
+        "tolerance": None,
+        "seconds": None,
+        "message": message,
+    }
+    out.update(metrics)
+    return out
+
+
+def plan(compiled: list, *, backends: list, cases: list, seed: int, lower: bool, platform: str | None) -> tuple:
+    """(tasks, skipped results) for every valid spec."""
+    tasks, skipped = [], []
+    for c in compiled:
+        spec = c.spec
+        out_root = pipeline.out_root_for(c.path)
+        for name in spec.backends:
+            if backends and name not in backends:
+                continue
+            for i, case in enumerate(spec.cases):
+                if cases and case.name not in cases:
+                    continue
+                for assign in checks.dtype_assignments(spec, case):
+                    label = ",".join(dict.fromkeys(assign[o.name] for o in spec.inputs))
+                    task = Task(
+                        str(c.path), spec.name, name, case.name, i, tuple(assign.items()), label, seed,
+                        "lower" if lower else "run", str(out_root),
+                    )
+                    why = _skip_reason(name, platform, lower)
+                    if why:
+                        skipped.append(result(task, "skip", why))
+                    else:
+                        tasks.append(task)
+    return tasks, skipped
+
+
+def _skip_reason(backend: str, platform: str | None, lower: bool) -> str | None:
+    info = BACKENDS[backend]
+    if lower:
+        return None if info.lowering_platform else "nothing to lower: runs in interpret mode"
+    if backend in ("interpret", "mosaic_tpu"):  # mosaic_tpu runs in TPU interpret mode off-TPU
+        return None
+    if platform not in info.platforms:
+        return f"needs a {'/'.join(info.platforms)} device; this machine's jax platform is {platform}"
+    return None
+
+
+def stale(compiled: list) -> list:
+    """(path, reason) for generated files that do not match their spec."""
+    out = []
+    for c in compiled:
+        kernel_dir, planned = pipeline.plan(c, pipeline.out_root_for(c.path))
+        out += writer.compare(planned, kernel_dir)
+    return out
+
+
+class Session:
+    """Worker processes with a pipe each, run one task at a time; a worker that
+    crashes or times out is killed and the next task gets a fresh one."""
+
+    def __init__(self, env: dict, timeout: float, startup_timeout: float = 300.0):
+        self.env, self.timeout, self.startup_timeout = env, timeout, startup_timeout
+        self._proc = None
+        self.info = self._start()
+
+    def _start(self) -> dict:
+        from . import worker
+
+        ctx = mp.get_context("spawn")
+        self._conn, child = ctx.Pipe()
+        self._proc = ctx.Process(target=worker.main, args=(child, self.env), daemon=True)
+        self._proc.start()
+        child.close()
+        if not self._conn.poll(self.startup_timeout):
+            self._kill()
+            raise RuntimeError("the verify worker did not start (importing jax timed out)")
+        try:
+            return self._conn.recv()
+        except EOFError:
+            raise RuntimeError(f"the verify worker failed to start: {_exit_reason(self._proc.exitcode)}") from None
+
+    def run(self, task: Task) -> dict:
+        if self._proc is None or not self._proc.is_alive():
+            self._start()
+        start = time.monotonic()
+        try:
+            self._conn.send(task)
+            if self._conn.poll(self.timeout):
+                return self._conn.recv()
+            self._kill()
+            return result(task, "error", f"timed out after {self.timeout:g} s", seconds=round(time.monotonic() - start, 3))
+        except (EOFError, OSError):
+            self._proc.join(5)
+            why = _exit_reason(self._proc.exitcode)
+            self._kill()
+            return result(task, "error", f"worker died: {why}", seconds=round(time.monotonic() - start, 3))
+
+    def _kill(self) -> None:
+        if self._proc is not None and self._proc.is_alive():
+            self._proc.kill()
+            self._proc.join(5)
+
+    def close(self) -> None:
+        if self._proc is not None and self._proc.is_alive():
+            try:
+                self._conn.send(None)
+                self._proc.join(10)
+            except OSError:
+                pass
+        self._kill()
+
+
+def _exit_reason(code) -> str:
+    if code is None:
+        return "lost contact"
+    if code < 0:
+        import signal
+
+        try:
+            name = signal.Signals(-code).name
+        except ValueError:
+            return f"signal {-code}"
+        return name + (" (out of memory?)" if name == "SIGKILL" else "")
+    return f"exit code {code}"
+
+
+def worker_env(devices: int | None = None) -> dict:
+    env = {"JAX_PLATFORMS": os.environ.get("JAX_PLATFORMS", "")}
+    if devices:
+        env["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + f" --xla_force_host_platform_device_count={devices}").strip()
+    return env
+
+
+def summary(results: list) -> dict:
+    counts = {s: 0 for s in STATUSES}
+    for r in results:
+        counts[r["status"]] += 1
+    return counts
+
+
+def to_json(results: list, *, seed: int, jax_version: str, device: str) -> dict:
+    from . import __version__
+
+    return {
+        "kspec_version": __version__,
+        "jax_version": jax_version,
+        "device": device,
+        "seed": seed,
+        "summary": summary(results),
+        "results": results,
+    }
+
+
+def to_junit(results: list) -> str:
+    import xml.etree.ElementTree as ET
+
+    counts = summary(results)
+    suite = ET.Element(
+        "testsuite",
+        name="kspec verify",
+        tests=str(len(results)),
+        failures=str(counts["fail"]),
+        errors=str(counts["error"]),
+        skipped=str(counts["skip"]),
+        time=f"{sum(r['seconds'] or 0 for r in results):.3f}",
+    )
+    for r in results:
+        case = ET.SubElement(
+            suite,
+            "testcase",
+            classname=f"{r['kernel']}.{r['backend']}",
+            name=f"{r['case']}[{r['dtype']}]{'(lower)' if r['mode'] == 'lower' else ''}",
+            time=f"{r['seconds'] or 0:.3f}",
+        )
+        if r["status"] in ("fail", "error", "skip"):
+            tag = {"fail": "failure", "error": "error", "skip": "skipped"}[r["status"]]
+            ET.SubElement(case, tag, message=r["message"][:500]).text = r["message"]
+    return ET.tostring(suite, encoding="unicode")

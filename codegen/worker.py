@@ -1,0 +1,268 @@
+"""The verify worker: imports jax and the generated modules, runs one task at a time.
+
+Started by codegen.verify in a fresh (spawned) process, so a kernel that crashes
+or hangs takes down only this process. Inputs are fresh random data derived from
+the run's seed, the task and the operand, so `--seed` reproduces a run exactly.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import hashlib
+import importlib
+import io
+import logging
+import os
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+from . import checks, dtypes as dt, pipeline
+from .compare import compare
+from .verify import Task, result
+
+_compiled: dict = {}
+# TPU interpret mode simulates a megacore: `parallel` grid axes are split over the cores,
+# visited in a seeded random order, and the happens-before race detector is on.
+TPU_INTERPRET_CORES = 2
+
+
+def main(conn, env: dict) -> None:
+    os.environ.update({k: v for k, v in env.items() if v})
+    logging.getLogger("jax._src.callback").setLevel(logging.CRITICAL)
+    import jax
+
+    conn.send(
+        {
+            "jax_version": jax.__version__,
+            "platform": jax.default_backend(),
+            "device": jax.devices()[0].device_kind,
+            "device_count": jax.device_count(),
+        }
+    )
+    while True:
+        try:
+            task = conn.recv()
+        except EOFError:
+            return
+        if task is None:
+            return
+        conn.send(run_task(task))
+
+
+def rng_for(task: Task, operand: str) -> np.random.Generator:
+    key = f"{task.seed}/{task.kernel}/{task.case}/{task.dtype_label}/{operand}".encode()
+    return np.random.default_rng(int.from_bytes(hashlib.sha256(key).digest()[:8], "little"))
+
+
+def make_input(task: Task, op, shape: tuple, dtype: str, env: dict, shapes: dict):
+    """Random data for one input: the spec's initialiser, else a per-dtype default."""
+    import jax.numpy as jnp
+
+    rng = rng_for(task, op.name)
+    init = getattr(op, "init", None)
+    kind = init.kind if init else None
+    if kind == "index":
+        high = init.bound(env, shapes)
+        data = rng.integers(0, max(high, 1), size=shape)
+    elif kind == "uniform":
+        data = rng.uniform(init.low, init.high, size=shape)
+    elif kind == "positive":
+        data = np.abs(rng.standard_normal(shape)) + 0.5
+    elif kind in ("ones", "zeros"):
+        data = np.full(shape, 1.0 if kind == "ones" else 0.0)
+    elif kind == "normal":
+        data = rng.normal(init.mean, init.std, size=shape)
+    else:
+        info = dt.DTYPES[dtype]
+        if info[1] == "b":
+            data = rng.integers(0, 2, size=shape).astype(bool)
+        elif info[1] == "i":
+            bound = min(100, 2 ** (8 * info[0] - 2))
+            data = rng.integers(-bound, bound, size=shape)
+        elif info[1] == "u":
+            data = rng.integers(0, min(100, 2 ** (8 * info[0] - 1)), size=shape)
+        else:
+            data = rng.standard_normal(shape)
+    return jnp.asarray(np.asarray(data)).astype(jnp.dtype(dtype))
+
+
+def _upcast(x):
+    """The reference sees low-precision floats as float32."""
+    import jax.numpy as jnp
+
+    if jnp.issubdtype(x.dtype, jnp.floating) and jnp.dtype(x.dtype).itemsize < 4:
+        return x.astype(jnp.float32)
+    return x
+
+
+def _spec(path: str):
+    if path not in _compiled:
+        _compiled[path] = pipeline.compile_spec(Path(path))
+    return _compiled[path]
+
+
+def _module(task: Task, name: str):
+    root = Path(task.out_root)
+    if str(root.parent) not in sys.path:
+        sys.path.insert(0, str(root.parent))
+    return importlib.import_module(f"{root.name}.{task.kernel}.{name}")
+
+
+def _first_lines(e: BaseException, n: int = 6) -> str:
+    text = f"{type(e).__name__}: {e}".strip()
+    lines = [ln for ln in text.splitlines() if ln.strip()]
+    return "\n".join(lines[:n])[:1500]
+
+
+def run_task(task: Task) -> dict:
+    start = time.monotonic()
+    try:
+        return _run(task, start)
+    except Exception as e:  # noqa: BLE001 - a crashing kernel fails its own case only
+        _reset_tpu_interpret()
+        return result(task, "error", _first_lines(e), seconds=round(time.monotonic() - start, 3))
+
+
+def _reset_tpu_interpret() -> None:
+    with contextlib.suppress(Exception):
+        from jax.experimental.pallas import tpu as pltpu
+
+        pltpu.reset_tpu_interpret_mode_state()
+
+
+def _run(task: Task, start: float) -> dict:
+    import jax
+    import jax.numpy as jnp
+
+    compiled = _spec(task.spec_path)
+    spec = compiled.spec
+    if spec is None:
+        return result(task, "error", "the spec no longer checks; run `kspec check`")
+    case = spec.cases[task.case_index]
+    variant = spec.variants[task.backend]
+    dtypes = dict(task.dtypes)
+    inst, diags = checks.instantiate(spec, variant, case, dtypes)
+    if inst is None:
+        return result(task, "error", diags[0].format() if diags else "case does not instantiate")
+    params = {k: v for k, v in inst.env.items() if k in variant.param_defaults}
+    module = _module(task, task.backend)
+    fn = getattr(module, spec.name)
+    inputs = [make_input(task, op, inst.shapes[op.name], dtypes[op.name], inst.env, inst.shapes) for op in spec.inputs]
+    if task.mode == "lower":
+        return _lower(task, fn, inputs, params, start)
+
+    call = functools.partial(fn, **params)
+    interpret_note = ""
+    recorder = None
+    if task.backend == "mosaic_tpu" and jax.default_backend() != "tpu":
+        call, recorder, interpret_note = _tpu_interpret(call, task)
+    captured = io.StringIO()
+    with contextlib.redirect_stdout(captured):
+        outs = call(*inputs)
+        outs = jax.block_until_ready(outs)
+    seconds = round(time.monotonic() - start, 3)
+    if recorder is not None:
+        race = _race_report(inst, recorder, captured.getvalue())
+        if race:
+            return result(task, "fail", race + interpret_note, seconds=seconds)
+    outs = outs if isinstance(outs, (tuple, list)) else (outs,)
+    ref_module = importlib.import_module(module.__name__.rsplit(".", 1)[0] + ".reference")
+    ref_fn = getattr(ref_module, f"{spec.name}_reference")
+    base_params = {p.name for p in next(iter(spec.variants.values())).params}
+    with jax.default_matmul_precision("highest"):
+        refs = ref_fn(*[_upcast(x) for x in inputs], **{k: v for k, v in params.items() if k in base_params})
+    refs = refs if isinstance(refs, (tuple, list)) else (refs,)
+    if len(refs) != len(outs) or len(outs) != len(spec.outputs):
+        return result(task, "fail", f"kernel returned {len(outs)} output(s), reference {len(refs)}, spec declares {len(spec.outputs)}", seconds=seconds)
+    tol = dt.tolerance(list(dtypes.values()), spec.tolerance, case.tolerance)
+    worst: dict = {}
+    for op, out, ref in zip(spec.outputs, outs, refs):
+        want = jnp.dtype(dtypes[op.name])
+        if out.dtype != want:
+            return result(task, "fail", f"output {op.name} has dtype {out.dtype}, the spec declares {want}", seconds=seconds, tolerance=tol)
+        verdict = compare(out, ref, tol["atol"], tol["rtol"])
+        if "max_abs_err" not in verdict:
+            return result(task, "fail", f"output {op.name}: {verdict['message']}", seconds=seconds, tolerance=tol)
+        if not worst or not verdict["passed"] or verdict["rel_err"] > worst.get("rel_err", 0):
+            worst = dict(verdict, message=(f"output {op.name}: " + verdict["message"]) if verdict["message"] else "")
+        if not verdict["passed"]:
+            break
+    status = "pass" if worst["passed"] else "fail"
+    metrics = {k: worst[k] for k in ("max_abs_err", "max_rel_err", "rel_err", "frac_within_tol")}
+    return result(task, status, worst["message"] + (interpret_note if status != "pass" else ""), seconds=seconds, tolerance=tol, **metrics)
+
+
+def _tpu_interpret(call, task: Task):
+    from jax.experimental.pallas import tpu as pltpu
+
+    visits: list = []
+
+    def record(token, point, core):
+        visits.append((tuple(int(v) for v in np.asarray(point)), int(np.asarray(core))))
+        return token
+
+    _reset_tpu_interpret()
+    params = pltpu.InterpretParams(
+        detect_races=True,
+        out_of_bounds_reads="raise",
+        uninitialized_memory="nan",
+        num_cores_or_threads=TPU_INTERPRET_CORES,
+        random_seed=task.seed % (2**31),
+        grid_point_recorder=record,
+    )
+    note = f" [TPU interpret mode, {TPU_INTERPRET_CORES} cores, seed {task.seed}]"
+    return functools.partial(call, interpret=params), visits, note
+
+
+def _race_report(inst, visits: list, printed: str) -> str | None:
+    from jax._src.pallas.mosaic.interpret import interpret_pallas_call as ipc
+
+    state = getattr(ipc, "races", None)
+    if state is None or not getattr(state, "races_found", False):
+        return None
+    for op in inst.spec.outputs:
+        block = inst.variant.blocks.get(op.name)
+        if block is None:
+            continue
+        owner: dict = {}
+        for point, core in visits:
+            env = dict(inst.env, **dict(zip(block.index_map.args, point)))
+            try:
+                idx = block.index_map.eval(env)
+            except Exception:  # noqa: BLE001
+                break
+            if idx in owner and owner[idx][1] != core:
+                (p0, c0) = owner[idx]
+                axes = [
+                    inst.variant.grid[a].name or f"axis {a}" for a in range(len(point)) if point[a] != p0[a]
+                ]
+                return (
+                    f"data race: grid points {p0} (core {c0}) and {point} (core {core}) both write block "
+                    f"{idx} of output {op.name}; they differ along grid {', '.join(axes)}"
+                )
+            owner.setdefault(idx, (point, core))
+    first = " ".join(printed.strip().splitlines()[:3])
+    return f"data race detected by TPU interpret mode: {first}"
+
+
+def _lower(task: Task, fn, inputs, params, start: float) -> dict:
+    import jax
+
+    from .backends import BACKENDS
+
+    platform = BACKENDS[task.backend].lowering_platform
+    shapes = [jax.ShapeDtypeStruct(x.shape, x.dtype) for x in inputs]
+    with contextlib.redirect_stderr(io.StringIO()):
+        lowered = jax.jit(functools.partial(fn, **params)).trace(*shapes).lower(lowering_platforms=(platform,))
+        text = lowered.as_text()
+    return result(
+        task,
+        "pass",
+        f"lowered for {platform} ({len(text)} characters of StableHLO)",
+        seconds=round(time.monotonic() - start, 3),
+    )
+
