@@ -146,6 +146,7 @@ def verify(
     junit_path: Optional[Path] = typer.Option(None, "--junit", help="Write results as JUnit XML."),
     lower: bool = typer.Option(False, "--lower", help="Lower each backend for its own platform instead of running."),
     timeout: float = typer.Option(300.0, "--timeout", help="Seconds allowed per case."),
+    repeat: int = typer.Option(1, "--repeat", min=1, help="Run everything with N seeds: seed, seed+1, ..."),
 ) -> None:
     """Run every case x dtype x backend this machine can run against the reference (exit 1 on any failure)."""
     import json
@@ -175,7 +176,8 @@ def verify(
     info = session.info
     typer.echo(f"jax {info['jax_version']} on {info['platform']} ({info['device']})")
     tasks, skipped = v.plan(
-        results, backends=backend or [], cases=case or [], seed=seed, lower=lower, platform=info["platform"]
+        results, backends=backend or [], cases=case or [], seed=seed, lower=lower, platform=info["platform"],
+        repeat=repeat,
     )
     try:
         outcomes = _run_with_progress(session, tasks)

@@ -30,6 +30,8 @@ BACKENDS: dict = {
             platforms=("cpu", "gpu", "tpu"),
             lowering_platform=None,
             compiler_params_class=None,
+            # scratch buffers are declared with TPU memory spaces, which interpret mode accepts
+            imports=("from jax.experimental.pallas import tpu as pltpu",),
             interpret="True",
         ),
         Backend(

@@ -47,6 +47,6 @@ def compare(out, ref, atol: float, rtol: float) -> dict:
         worst = np.unravel_index(int(np.argmax(np.where(within, -1.0, diff + 1.0))), o.shape) if o.ndim else ()
         message = (
             f"{n - int(np.sum(within))} of {n} elements outside tolerance; "
-            f"first worst at {tuple(int(i) for i in worst)}: got {o[worst]!r}, expected {r[worst]!r}"
+            f"worst at {tuple(int(i) for i in worst)}: got {o[worst].item():.6g}, expected {r[worst].item():.6g}"
         )
     return dict(metrics, passed=passed, message=message)

@@ -65,9 +65,9 @@ class Expr:
     def eval(self, env: Mapping[str, Any]) -> Any:
         return _eval(self.tree, env)
 
-    def render(self) -> str:
+    def render(self, traced: bool = False) -> str:
         """Python source for generated code (names stay as locals)."""
-        return _render(self.tree)
+        return _render(self.tree, traced)
 
     @property
     def constant(self) -> Any:
@@ -89,7 +89,7 @@ class IndexMap:
         return tuple(r.eval(env) for r in self.results)
 
     def render(self) -> str:
-        body = ", ".join(r.render() for r in self.results)
+        body = ", ".join(r.render(traced=True) for r in self.results)
         if len(self.results) == 1:
             body += ","
         return f"lambda {', '.join(self.args)}: ({body})"
@@ -148,7 +148,9 @@ def parse_index_map(value: Any, *, subscripts: bool = False) -> IndexMap:
 
 
 def _names(tree: ast.AST) -> set:
-    return {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
+    """Names read by an expression (not the whitelisted functions it calls)."""
+    called = {id(n.func) for n in ast.walk(tree) if isinstance(n, ast.Call)}
+    return {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and id(n) not in called}
 
 
 def _check(node: ast.AST, names: set, subscripts: bool, lead: int, top: bool = True) -> None:
@@ -263,21 +265,42 @@ def _bounded(value, node):
     return value
 
 
-def _render(node: ast.AST) -> str:
-    """ast.unparse, with cdiv spelled as the generated module spells it."""
-    node = _Renamer().visit(_copy(node))
+def _render(node: ast.AST, traced: bool = False) -> str:
+    """Python source for generated code.
+
+    `traced`: the expression runs on traced grid indices (an index map), so
+    min/max become jnp.minimum/jnp.maximum, nested pairwise.
+    """
+    node = _Renamer(traced).visit(_copy(node))
     return ast.unparse(node)
 
 
 def _copy(node: ast.AST) -> ast.AST:
-    return ast.parse(ast.unparse(node), mode="eval").body if not isinstance(node, ast.Constant) else ast.Constant(node.value)
+    if isinstance(node, ast.Constant):
+        return ast.Constant(node.value)
+    return ast.parse(ast.unparse(node), mode="eval").body
+
+
+def _attr(spelled: str) -> ast.expr:
+    mod, attr = spelled.split(".")
+    return ast.Attribute(ast.Name(mod, ast.Load()), attr, ast.Load())
 
 
 class _Renamer(ast.NodeTransformer):
+    TRACED = {"min": "jnp.minimum", "max": "jnp.maximum"}
+
+    def __init__(self, traced: bool):
+        self.traced = traced
+
     def visit_Call(self, node: ast.Call) -> ast.AST:
         self.generic_visit(node)
-        spelled = RENDERED_FUNCTIONS[node.func.id]
+        name = node.func.id
+        if self.traced and name in self.TRACED:
+            out = node.args[0]
+            for arg in node.args[1:]:
+                out = ast.Call(_attr(self.TRACED[name]), [out, arg], [])
+            return out
+        spelled = RENDERED_FUNCTIONS[name]
         if "." in spelled:
-            mod, attr = spelled.split(".")
-            node.func = ast.Attribute(ast.Name(mod, ast.Load()), attr, ast.Load())
+            node.func = _attr(spelled)
         return node

@@ -45,6 +45,7 @@ def result(task: Task, status: str, message: str = "", **metrics) -> dict:
         "case": task.case,
         "dtype": task.dtype_label,
         "mode": task.mode,
+        "seed": task.seed,
         "status": status,
         "max_abs_err": None,
         "max_rel_err": None,
@@ -58,10 +59,12 @@ def result(task: Task, status: str, message: str = "", **metrics) -> dict:
     return out
 
 
-def plan(compiled: list, *, backends: list, cases: list, seed: int, lower: bool, platform: str | None) -> tuple:
-    """(tasks, skipped results) for every valid spec."""
+def plan(
+    compiled: list, *, backends: list, cases: list, seed: int, lower: bool, platform: str | None, repeat: int = 1
+) -> tuple:
+    """(tasks, skipped results) for every valid spec; `repeat` runs it all with seeds seed, seed+1, ..."""
     tasks, skipped = [], []
-    for c in compiled:
+    for k, c in ((k, c) for k in range(repeat) for c in compiled):
         spec = c.spec
         out_root = pipeline.out_root_for(c.path)
         for name in spec.backends:
@@ -73,12 +76,13 @@ def plan(compiled: list, *, backends: list, cases: list, seed: int, lower: bool,
                 for assign in checks.dtype_assignments(spec, case):
                     label = ",".join(dict.fromkeys(assign[o.name] for o in spec.inputs))
                     task = Task(
-                        str(c.path), spec.name, name, case.name, i, tuple(assign.items()), label, seed,
+                        str(c.path), spec.name, name, case.name, i, tuple(assign.items()), label, seed + k,
                         "lower" if lower else "run", str(out_root),
                     )
                     why = _skip_reason(name, platform, lower)
                     if why:
-                        skipped.append(result(task, "skip", why))
+                        if k == 0:
+                            skipped.append(result(task, "skip", why))
                     else:
                         tasks.append(task)
     return tasks, skipped

@@ -178,6 +178,17 @@ def _run(task: Task, start: float) -> dict:
     refs = refs if isinstance(refs, (tuple, list)) else (refs,)
     if len(refs) != len(outs) or len(outs) != len(spec.outputs):
         return result(task, "fail", f"kernel returned {len(outs)} output(s), reference {len(refs)}, spec declares {len(spec.outputs)}", seconds=seconds)
+    # The reference at the inputs' own dtypes says what dtype each output must have.
+    ref_params = {k: v for k, v in params.items() if k in base_params}
+    natural = jax.eval_shape(functools.partial(ref_fn, **ref_params), *inputs)
+    natural = natural if isinstance(natural, (tuple, list)) else (natural,)
+    for op, out, want in zip(spec.outputs, outs, natural):
+        if out.dtype != want.dtype:
+            return result(
+                task, "fail",
+                f"output {op.name} has dtype {out.dtype} but the reference returns {want.dtype}",
+                seconds=seconds,
+            )
     tol = dt.tolerance(list(dtypes.values()), spec.tolerance, case.tolerance)
     worst: dict = {}
     for op, out, ref in zip(spec.outputs, outs, refs):
