@@ -60,6 +60,8 @@ def check(spec: KernelSpec) -> list[Diagnostic]:
         for case in spec.cases:
             for variant in spec.variants.values():
                 for dtypes in dtype_assignments(spec, case):
+                    if not variant.supports(dtypes):
+                        continue
                     inst, found = instantiate(spec, variant, case, dtypes)
                     diags += found
                     if inst is not None:
@@ -126,18 +128,28 @@ def _names(spec: KernelSpec) -> list:
 def _dtypes(spec: KernelSpec) -> list:
     out = []
     inputs = {o.name for o in spec.inputs}
+    free = {o.name for o in spec.inputs if o.follows is None}
+    share = "an operand can only share the dtype of an input that has a dtype of its own"
     for op in spec.operands:
         if op.follows is not None:
+            if op.follows not in free:  # x: {dtype: x}, or a chain through another input
+                message = f"{op.name}: dtype refers to input `{op.follows}`, which has no dtype of its own"
+                out.append(Diagnostic("E407", message, op.dtype_loc, share))
             continue
         for name in op.dtypes:
             if name in dt.DTYPES:
                 continue
-            if op.role == "output" and name in {o.name for o in spec.outputs}:
-                hint = "an output can only share the dtype of an input"
-                out.append(Diagnostic("E407", f"{op.name}: dtype refers to output `{name}`", op.dtype_loc, hint))
+            if name in {o.name for o in spec.outputs}:
+                out.append(Diagnostic("E407", f"{op.name}: dtype refers to output `{name}`", op.dtype_loc, share))
                 continue
             hint = did_you_mean(name, list(dt.DTYPES) + sorted(inputs))
             out.append(Diagnostic("E401", f"{op.name}: unknown dtype `{name}`", op.dtype_loc, hint))
+    for s in (s for v in spec.variants.values() for s in v.scratch if s.kind == "array"):
+        if s.dtype is None:
+            out.append(Diagnostic("E202", f"scratch {s.name}: an array buffer needs a dtype", s.loc))
+        elif s.dtype not in dt.DTYPES:
+            hint = did_you_mean(s.dtype, dt.DTYPES)
+            out.append(Diagnostic("E401", f"scratch {s.name}: unknown dtype `{s.dtype}`", s.loc, hint))
     return out
 
 
@@ -219,6 +231,23 @@ def _structure(spec: KernelSpec, v: Variant) -> list:
         for e in s.shape:
             out += _unknown(e, scope, f"scratch {s.name}")
     operands = {o.name: o for o in spec.operands}
+    for name, allowed in v.dtypes.items():
+        op = operands.get(name)
+        if op is None or op.role != "input" or op.follows is not None:
+            out.append(
+                Diagnostic(
+                    "E407",
+                    f"{v.backend}: dtypes restricts `{name}`, which is not an input with its own dtype",
+                    v.loc,
+                    did_you_mean(name, [o.name for o in spec.inputs if o.follows is None]),
+                )
+            )
+        else:
+            for d in allowed:
+                if d not in op.dtypes:
+                    out.append(
+                        Diagnostic("E504", f"{v.backend}: dtypes allows {d} for {name}, which only takes {', '.join(op.dtypes)}", v.loc)
+                    )
     for name, block in v.blocks.items():
         op = operands.get(name)
         if op is None:
@@ -242,7 +271,8 @@ def _structure(spec: KernelSpec, v: Variant) -> list:
             out.append(
                 Diagnostic(
                     "E403",
-                    f"{name}: index_map takes {len(imap.args)} grid indices but the grid has {len(v.grid)} axes",
+                    f"{name}: index_map takes {_count(imap.args, 'grid index', 'grid indices')} "
+                    f"but the grid has {_count(v.grid, 'axis', 'axes')}",
                     imap.loc,
                     f"write one name per grid axis, e.g. `{', '.join('ijklmn'[: len(v.grid)]) or ''} -> ...`",
                 )
@@ -251,13 +281,18 @@ def _structure(spec: KernelSpec, v: Variant) -> list:
             out.append(
                 Diagnostic(
                     "E404",
-                    f"{name}: index_map returns {len(imap.results)} block indices but the block has {len(block.block_shape)} dims",
+                    f"{name}: index_map returns {_count(imap.results, 'block index', 'block indices')} "
+                    f"but the block has {_count(block.block_shape, 'dim', 'dims')}",
                     imap.loc,
                     "return one block index per dim of block_shape",
                 )
             )
         out += _unknown_map(imap, scope, name)
     return out
+
+
+def _count(items, one: str, many: str) -> str:
+    return f"{len(items)} {one if len(items) == 1 else many}"
 
 
 def _unknown_map(imap, scope: set, name: str) -> list:
@@ -366,6 +401,16 @@ def instantiate(spec: KernelSpec, v: Variant, case: Case, dtypes: dict) -> tuple
             return None
         return None
 
+    def size(e: Expr, what: str):
+        """A grid, block or scratch size: it must evaluate to an int."""
+        value = ev(e, what)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+            out.append(
+                Diagnostic("E303", f"case `{case.name}`: {what}: `{e.source}` is {value!r}, not an integer", e.loc)
+            )
+            return None
+        return value
+
     for c in spec.constraints:
         ok = ev(c.expr, "constraint")
         if ok is False:
@@ -382,22 +427,22 @@ def instantiate(spec: KernelSpec, v: Variant, case: Case, dtypes: dict) -> tuple
         if any(s < 1 for s in shape):
             out.append(Diagnostic("E506", f"case `{case.name}`: {op.name} has shape {shape}", op.loc, "every dim must be at least 1"))
         shapes[op.name] = shape
-    grid = tuple(ev(a.size, "grid") for a in v.grid)
-    for axis, size in zip(v.grid, grid):
-        if isinstance(size, int) and size < 1:
-            label = axis.name or f"axis {v.grid.index(axis)}"
-            out.append(Diagnostic("E505", f"case `{case.name}`: grid {label} has size {size}", axis.size.loc))
+    grid = tuple(size(a.size, "grid") for a in v.grid)
+    for i, (axis, n) in enumerate(zip(v.grid, grid)):
+        if isinstance(n, int) and n < 1:
+            label = axis.name or f"axis {i}"
+            out.append(Diagnostic("E505", f"case `{case.name}`: grid {label} has size {n}", axis.size.loc))
     blocks = {}
     for op in spec.operands:
         b = v.blocks.get(op.name)
         if b is None:
             blocks[op.name] = shapes.get(op.name)
             continue
-        blocks[op.name] = tuple(None if e is None else ev(e, f"{op.name}.block_shape") for e in b.block_shape)
-        for e, size in zip(b.block_shape, blocks[op.name]):
-            if e is not None and isinstance(size, int) and size < 1:
-                out.append(Diagnostic("E506", f"case `{case.name}`: {op.name} block dim is {size}", e.loc))
-    scratch = {s.name: tuple(ev(e, f"scratch {s.name}") for e in s.shape) for s in v.scratch}
+        blocks[op.name] = tuple(None if e is None else size(e, f"{op.name}.block_shape") for e in b.block_shape)
+        for e, n in zip(b.block_shape, blocks[op.name]):
+            if e is not None and isinstance(n, int) and n < 1:
+                out.append(Diagnostic("E506", f"case `{case.name}`: {op.name} block dim is {n}", e.loc))
+    scratch = {s.name: tuple(size(e, f"scratch {s.name}") for e in s.shape) for s in v.scratch}
     if out:
         return None, out
     inst = Instance(spec, v, case, env, shapes, dtypes, grid, blocks, scratch)
@@ -411,7 +456,7 @@ def grid_points(grid: tuple):
         total *= n
     if total <= MAX_GRID_POINTS:
         return itertools.product(*(range(n) for n in grid)), True
-    sample = [sorted({0, 1, n // 2, n - 2, n - 1} & set(range(n))) for n in grid]
+    sample = [sorted({x for x in (0, 1, n // 2, n - 2, n - 1) if 0 <= x < n}) for n in grid]
     return itertools.product(*sample), False
 
 

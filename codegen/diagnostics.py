@@ -38,7 +38,6 @@ CODES: dict[str, str] = {
     "E403": "index_map arity does not match the grid rank",
     "E404": "index_map result length does not match the block rank",
     "E405": "block spec for an unknown operand",
-    "E406": "operand has no block spec",
     "E407": "dtype refers to an unknown operand",
     "E408": "dim is not bound by any input shape",
     "E409": "unknown backend",
@@ -58,6 +57,7 @@ CODES: dict[str, str] = {
     "E711": "Triton block dim is not a power of two",
     "E712": "Triton dot operand dim below 16",
     "E721": "Mosaic GPU shared-memory budget exceeded",
+    "E722": "Mosaic GPU block dim above the TMA limit of 256",
 }
 
 

@@ -187,15 +187,15 @@ def _check(node: ast.AST, names: set, subscripts: bool, lead: int, top: bool = T
             raise bad("calling anything but min, max or cdiv")
         if node.keywords or any(isinstance(a, ast.Starred) for a in node.args):
             raise bad("keyword or starred arguments")
-        want = 2 if node.func.id == "cdiv" else None
-        if (want and len(node.args) != want) or len(node.args) < 1:
+        # min/max of one int would iterate over it; cdiv takes exactly two
+        if len(node.args) < 2 or (node.func.id == "cdiv" and len(node.args) != 2):
             raise bad(f"`{node.func.id}` with {len(node.args)} arguments")
         for a in node.args:
             rec(a)
     elif isinstance(node, ast.Tuple) and top:
         for e in node.elts:
             if isinstance(e, ast.Starred):
-                raise bad("a starred element")
+                raise ExprError("E300", "a starred element is not allowed in an expression", e.col_offset + lead)
             rec(e)
     elif isinstance(node, ast.Subscript) and subscripts:
         if not isinstance(node.value, ast.Name) or isinstance(node.slice, (ast.Slice, ast.Tuple)):

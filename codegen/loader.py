@@ -202,6 +202,12 @@ class _Builder:
         if kind == "str" and node.style is None and _EXPONENT_FLOAT.match(value):
             return float(value)
         if kind in ("str", "timestamp"):
+            bad = yaml.reader.Reader.NON_PRINTABLE.search(value)  # from escapes: "\0", "\ud800"
+            if bad:
+                self.errors.append(
+                    Diagnostic("E107", f"character U+{ord(bad.group()):04X} is not allowed in a spec", loc)
+                )
+                return ""
             if len(value) > MAX_STRING_CHARS:
                 self.errors.append(
                     Diagnostic("E109", f"string longer than {MAX_STRING_CHARS} characters", loc)
@@ -239,8 +245,9 @@ class _Builder:
 
 def load_text(text: str, path: str) -> Document:
     """Parse spec text. Raises SpecError with located diagnostics."""
-    loader = _Composer(text)
+    loader = None
     try:
+        loader = _Composer(text)  # its reader rejects non-printable characters (NUL...) here
         root = loader.get_single_node()
     except _LoadError as e:
         raise SpecError([Diagnostic(e.code, e.message, _loc(path, e.mark), e.hint)]) from None
@@ -249,7 +256,7 @@ def load_text(text: str, path: str) -> Document:
             [
                 Diagnostic(
                     "E107",
-                    f"character {e.character!r} is not allowed in a spec",
+                    f"character U+{e.character:04X} is not allowed in a spec",
                     _offset_to_loc(path, text, e.position),
                 )
             ]
@@ -264,7 +271,8 @@ def load_text(text: str, path: str) -> Document:
     except RecursionError:
         raise SpecError([Diagnostic("E108", "YAML nested too deeply", Location(path))]) from None
     finally:
-        loader.dispose()
+        if loader is not None:
+            loader.dispose()
     if root is None:
         raise SpecError(
             [Diagnostic("E106", "spec is empty", Location(path), "start from specs/add.yaml")]

@@ -65,6 +65,10 @@ class Block:
     index_map: IndexMap
     loc: Location
     shape_loc: Location
+    # Mosaic GPU only: the block's shared-memory layout and release delay (plgpu.BlockSpec)
+    tiling: tuple = ()  # of int; () for no TilingTransform
+    swizzle: int | None = None
+    delay_release: int = 0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -79,7 +83,7 @@ class Scratch:
     shape: tuple  # of Expr
     dtype: str | None
     memory_space: str
-    kind: str  # array | dma_semaphore | semaphore | barrier
+    kind: str  # array | dma_semaphore | semaphore | barrier | accumulator
     num_arrivals: int
     loc: Location
 
@@ -103,6 +107,11 @@ class Variant:
     body: Code
     compiler_params: Mapping[str, Any]
     loc: Location
+    dtypes: Mapping[str, tuple] = dataclasses.field(default_factory=dict)  # input -> allowed
+
+    def supports(self, assignment: Mapping[str, str]) -> bool:
+        """Whether this backend takes a case's dtype assignment."""
+        return all(assignment.get(name) in allowed for name, allowed in self.dtypes.items())
 
     @property
     def param_defaults(self) -> dict:
@@ -240,7 +249,17 @@ class _Builder:
                 for i, v in enumerate(spec["block_shape"])
             )
             imap = self.index_map(spec["index_map"], here + ("index_map",))
-            out[name] = Block(name, shape, imap, self.doc.key_loc(here), self.doc.loc(here + ("block_shape",)))
+            transforms = spec.get("transforms") or {}
+            out[name] = Block(
+                name,
+                shape,
+                imap,
+                self.doc.key_loc(here),
+                self.doc.loc(here + ("block_shape",)),
+                tuple(transforms.get("tiling", ())),
+                transforms.get("swizzle"),
+                spec.get("delay_release", 0),
+            )
         return out
 
     def scratch(self, raw: Mapping, at: tuple) -> tuple:
@@ -284,6 +303,7 @@ class _Builder:
                 scratch=self.scratch(over["scratch"], at + ("scratch",)) if "scratch" in over else base_scratch,
                 body=self.code(at + ("body",)) if "body" in over else base_body,
                 compiler_params=dict(over.get("compiler_params") or {}),
+                dtypes={k: tuple(v) for k, v in (over.get("dtypes") or {}).items()},
                 loc=self.doc.key_loc(at) if "backends" in data else self.doc.loc(()),
             )
         return out

@@ -61,6 +61,15 @@ def _dtype_expr(spec: KernelSpec, op) -> str:
     return f"{op.follows}.dtype" if op.follows else jnp_dtype(op.dtypes[0])
 
 
+def _gpu_layout(block) -> str:
+    """plgpu.BlockSpec keywords for a block's shared-memory layout; "" when it sets none."""
+    transforms = [f"plgpu.TilingTransform({_tuple(map(str, block.tiling))})"] if block.tiling else []
+    transforms += [f"plgpu.SwizzleTransform({block.swizzle})"] if block.swizzle else []
+    kwargs = [f"transforms={_tuple(transforms)}"] if transforms else []
+    kwargs += [f"delay_release={block.delay_release}"] if block.delay_release else []
+    return ", ".join(kwargs)
+
+
 class _Context:
     """Strings the templates need, computed once per spec."""
 
@@ -162,6 +171,7 @@ class _Context:
             out_specs=out_specs[0] if len(out_specs) == 1 else "[" + ", ".join(out_specs) + "]",
             scratch_shapes=[self._scratch(variant, s) for s in variant.scratch],
             compiler_params=self._compiler_params(variant),
+            dtype_limits=[(name, _tuple(jnp_dtype(d) for d in allowed)) for name, allowed in variant.dtypes.items()],
         )
 
     def _block(self, variant: Variant, op) -> str:
@@ -171,6 +181,9 @@ class _Context:
             zeros = _tuple("0" for _ in op.shape)
             return f"pl.BlockSpec({_tuple(e.render() for e in op.shape)}, lambda {grid_args}: {zeros})"
         shape = _tuple("pl.squeezed" if e is None else e.render() for e in block.block_shape)
+        layout = _gpu_layout(block)
+        if layout:  # only mosaic_gpu blocks can have one (the schema sees to it)
+            return f"plgpu.BlockSpec({shape}, {block.index_map.render()}, {layout})"
         return f"pl.BlockSpec({shape}, {block.index_map.render()})"
 
     def _scratch(self, variant: Variant, s) -> str:
@@ -182,6 +195,8 @@ class _Context:
         if s.kind == "barrier":
             count = s.shape[0].render() if s.shape else "1"
             return f"plgpu.Barrier(num_arrivals={s.num_arrivals}, num_barriers={count})"
+        if s.kind == "accumulator":
+            return f"plgpu.ACC({shape}, {jnp_dtype(s.dtype or 'float32')})"
         if variant.backend == "mosaic_gpu":
             return f"plgpu.SMEM({shape}, {jnp_dtype(s.dtype)})"
         space = "SMEM" if s.memory_space == "smem" else "VMEM"

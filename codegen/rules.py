@@ -5,7 +5,8 @@ documented limits of each compiler:
   Mosaic TPU: (8 x packing, 128) tiling of the last two block dims; `parallel` grid
     axes may not revisit an output block; blocks x buffering + scratch fit scoped VMEM.
   Triton: block dims are powers of two; dot operands have every dim >= 16.
-  Mosaic GPU: blocks x pipeline depth + SMEM scratch fit shared memory (227 KiB on Hopper).
+  Mosaic GPU: blocks x pipeline depth + SMEM scratch fit shared memory (227 KiB on Hopper);
+    a TMA copy moves at most 256 elements along each dim of the (tiled) block.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from .diagnostics import Diagnostic
 TPU_DEFAULT_VMEM_LIMIT = 16 * 1024 * 1024  # Mosaic's default scoped VMEM limit (v4/v5e)
 TPU_BUFFERS = 2  # BlockSpec inputs and outputs are double-buffered by default
 HOPPER_SMEM_LIMIT = 227 * 1024
+TMA_MAX_BLOCK_DIM = 256
 TRITON_MIN_DOT = 16
 DOT_FUNCTIONS = {"dot", "matmul", "dot_general"}
 
@@ -39,16 +41,17 @@ def _loc(inst, name: str):
     return block.loc if block is not None else inst.spec.operand(name).loc
 
 
-def _semantics_length(inst, key: str, want: int, what: str) -> list:
+def _semantics_length(inst, key: str, want: int, one: str, many: str) -> list:
     values = inst.variant.compiler_params.get(key)
     if values is None or len(values) == want:
         return []
     return [
         Diagnostic(
             "E704",
-            f"{inst.variant.backend}: {key} has {len(values)} entries but the kernel has {want} {what}",
+            f"{inst.variant.backend}: {key} has {len(values)} entries but the kernel has {want} "
+            f"{one if want == 1 else many}",
             inst.variant.loc,
-            f"give one entry per {what[:-1]}",
+            f"give one entry per {one}",
         )
     ]
 
@@ -62,8 +65,8 @@ def tpu_sublane_tile(dtype: str) -> int:
 
 
 def _mosaic_tpu(inst) -> list:
-    out = _semantics_length(inst, "dimension_semantics", len(inst.grid), "grid axes")
-    out += _semantics_length(inst, "allow_input_fusion", len(inst.spec.inputs), "inputs")
+    out = _semantics_length(inst, "dimension_semantics", len(inst.grid), "grid axis", "grid axes")
+    out += _semantics_length(inst, "allow_input_fusion", len(inst.spec.inputs), "input", "inputs")
     for op in inst.spec.operands:
         if op.name not in inst.variant.blocks:
             continue  # a whole-array block always satisfies the tiling rule
@@ -150,6 +153,14 @@ def _scratch_bytes(inst, spaces: tuple) -> int:
     return total
 
 
+def _bytes(n: int) -> str:
+    """1536 -> "1.5 KiB": small budgets must not print as 0.0 MiB."""
+    for unit, size in (("MiB", 2**20), ("KiB", 2**10)):
+        if n >= size:
+            return f"{n / size:.1f} {unit}"
+    return f"{n} bytes"
+
+
 def _tpu_vmem(inst) -> list:
     limit = inst.variant.compiler_params.get("vmem_limit_bytes") or TPU_DEFAULT_VMEM_LIMIT
     blocks = sum(_block_bytes(inst, o.name) for o in inst.spec.operands) * TPU_BUFFERS
@@ -159,8 +170,8 @@ def _tpu_vmem(inst) -> list:
     return [
         Diagnostic(
             "E703",
-            f"{_where(inst)}: VMEM estimate {total / 2**20:.1f} MiB (blocks x {TPU_BUFFERS} buffers "
-            f"{blocks / 2**20:.1f} MiB + scratch) exceeds the limit of {limit / 2**20:.1f} MiB",
+            f"{_where(inst)}: VMEM estimate {_bytes(total)} (blocks x {TPU_BUFFERS} buffers "
+            f"{_bytes(blocks)} + scratch) exceeds the limit of {_bytes(limit)}",
             inst.variant.loc,
             "use smaller blocks, or raise compiler_params.vmem_limit_bytes",
         )
@@ -251,7 +262,7 @@ def _whole_load(node):
 
 
 def _mosaic_gpu(inst) -> list:
-    out = _semantics_length(inst, "dimension_semantics", len(inst.grid), "grid axes")
+    out = _semantics_length(inst, "dimension_semantics", len(inst.grid), "grid axis", "grid axes")
     params = inst.variant.compiler_params
     depth = params.get("max_concurrent_steps", 1)
     blocked = [o.name for o in inst.spec.operands]
@@ -267,4 +278,34 @@ def _mosaic_gpu(inst) -> list:
                 "use smaller blocks or fewer max_concurrent_steps",
             )
         )
+    return out + _tma_block_dims(inst)
+
+
+def _tma_block_dims(inst) -> list:
+    out = []
+    for op in inst.spec.operands:
+        block = inst.variant.blocks.get(op.name)
+        tiling = block.tiling if block is not None else ()
+        shape = tuple(b for b in inst.block_shapes[op.name] if b is not None)
+        box = _tma_box(shape, tiling)
+        if max(box, default=0) <= TMA_MAX_BLOCK_DIM:
+            continue
+        tiled = f" (tiled by {tiling} it is copied as {box})" if tiling else ""
+        out.append(
+            Diagnostic(
+                "E722",
+                f"{_where(inst)}: {op.name} block {shape}{tiled} is too large for TMA, which copies "
+                f"at most {TMA_MAX_BLOCK_DIM} elements along each dim",
+                _loc(inst, op.name),
+                "use smaller blocks and cover the rest with the grid",
+            )
+        )
     return out
+
+
+def _tma_box(shape: tuple, tiling: tuple) -> tuple:
+    """What one TMA copy moves: the block, or with a tiling (tiles per dim..., *tiling)."""
+    if not tiling:
+        return shape
+    lead, tail = shape[: -len(tiling)], shape[-len(tiling) :]
+    return (*lead, *(-(-b // t) for b, t in zip(tail, tiling)), *tiling)

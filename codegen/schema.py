@@ -52,12 +52,14 @@ def _diagnostics(error, doc: Document) -> list[Diagnostic]:
         if pattern:  # a case: extra keys are dims and already matched the pattern
             extra = [k for k in extra if not any(re.match(p, k) for p in pattern)]
         scope = f"in {where}" if path else "at the top level"
+        backends = path == ("backends",)  # the schema's backend keys are the backends table
         return [
             Diagnostic(
-                "E201",
-                f"unknown key `{key}` {scope}",
+                "E409" if backends else "E201",
+                f"unknown backend `{key}`" if backends else f"unknown key `{key}` {scope}",
                 doc.key_loc(path + (key,)),
-                did_you_mean(key, allowed) or f"allowed keys: {', '.join(sorted(allowed))}",
+                did_you_mean(key, allowed)
+                or f"{'backends' if backends else 'allowed keys'}: {', '.join(sorted(allowed))}",
             )
             for key in extra
         ]

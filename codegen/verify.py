@@ -79,7 +79,7 @@ def plan(
                         str(c.path), spec.name, name, case.name, i, tuple(assign.items()), label, seed + k,
                         "lower" if lower else "run", str(out_root),
                     )
-                    why = _skip_reason(name, platform, lower)
+                    why = _skip_reason(name, platform, lower) or _dtype_reason(spec.variants[name], assign)
                     if why:
                         if k == 0:
                             skipped.append(result(task, "skip", why))
@@ -97,6 +97,13 @@ def _skip_reason(backend: str, platform: str | None, lower: bool) -> str | None:
     if platform not in info.platforms:
         return f"needs a {'/'.join(info.platforms)} device; this machine's jax platform is {platform}"
     return None
+
+
+def _dtype_reason(variant, assign: dict) -> str | None:
+    if variant.supports(assign):
+        return None
+    allowed = "; ".join(f"{k}: {', '.join(v)}" for k, v in variant.dtypes.items())
+    return f"{variant.backend} takes only {allowed}"
 
 
 def stale(compiled: list) -> list:

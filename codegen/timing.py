@@ -1,0 +1,80 @@
+"""Timing helpers for bench and tune (run inside the worker process, with jax).
+
+Each sample runs a function several times back to back and blocks once at the end,
+so the device queue stays full and host dispatch overlaps device work; the sample's
+time divided by the repetitions is one per-call figure. Competing functions are
+sampled in alternation (kernel, reference, reference, kernel, ...), so drift in
+clocks or temperature hits both alike. Inputs rotate across enough copies that
+their total exceeds the last-level cache.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+
+ROTATE_BYTES = 256 << 20  # more than any L2 we bench on (H200: 60 MiB)
+MAX_COPIES = 8
+
+
+def copies_needed(nbytes: int, l2_bytes: int) -> int:
+    """How many input sets to rotate so they do not all sit in cache."""
+    if nbytes <= 0:
+        return 1
+    target = max(ROTATE_BYTES, 2 * l2_bytes)
+    return max(1, min(MAX_COPIES, -(-target // nbytes)))
+
+
+def rotating(fn, arg_sets: list):
+    """A no-argument callable that calls fn on the next input set each time."""
+    state = {"i": 0}
+
+    def call():
+        args = arg_sets[state["i"] % len(arg_sets)]
+        state["i"] += 1
+        return fn(*args)
+
+    return call
+
+
+def _block(x) -> None:
+    import jax
+
+    jax.block_until_ready(x)
+
+
+def calibrate(call, target_s: float) -> int:
+    """Repetitions per sample so that one sample lasts about target_s."""
+    start = time.perf_counter()
+    _block(call())
+    once = max(time.perf_counter() - start, 1e-6)
+    return max(1, min(1000, int(target_s / once)))
+
+
+def sample(calls: dict, *, samples: int, target_s: float = 0.02) -> dict:
+    """{name: [seconds per call, one per sample]}, names sampled in alternation."""
+    reps = {name: calibrate(call, target_s) for name, call in calls.items()}
+    times = {name: [] for name in calls}
+    names = list(calls)
+    for s in range(samples):
+        order = names if s % 2 == 0 else names[::-1]
+        for name in order:
+            call, n = calls[name], reps[name]
+            start = time.perf_counter()
+            out = None
+            for _ in range(n):
+                out = call()
+            _block(out)
+            times[name].append((time.perf_counter() - start) / n)
+    return times
+
+
+def stats(values: list) -> dict:
+    """Median and spread (10th-90th percentile) in milliseconds."""
+    ms = sorted(v * 1e3 for v in values)
+    if len(ms) >= 10:
+        q = statistics.quantiles(ms, n=10)
+        lo, hi = q[0], q[-1]
+    else:
+        lo, hi = ms[0], ms[-1]
+    return {"median_ms": statistics.median(ms), "p10_ms": lo, "p90_ms": hi, "samples": len(ms)}

@@ -1,0 +1,167 @@
+"""`kspec verify`: the shipped library passes, planted bugs fail, runs are isolated."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+PLANTED = Path(__file__).resolve().parent / "planted"
+
+
+def kspec(*args, cwd=ROOT, timeout=600):
+    proc = subprocess.run(
+        [sys.executable, "-c", "import cli; cli.run()", *map(str, args)],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=dict(os.environ, PYTHONPATH=str(ROOT)),
+    )
+    return proc.returncode, proc.stdout, proc.stderr
+
+
+def project(tmp_path: Path, *specs: Path) -> Path:
+    """A throwaway project holding `specs`, generated."""
+    (tmp_path / "specs").mkdir()
+    for spec in specs:
+        shutil.copy(spec, tmp_path / "specs" / spec.name)
+    rc, out, err = kspec("generate", cwd=tmp_path)
+    assert rc == 0, out + err
+    return tmp_path
+
+
+def results(path: Path) -> list:
+    return json.loads(path.read_text())["results"]
+
+
+def test_shipped_library_passes_on_interpret_and_tpu_interpret(tmp_path):
+    report = tmp_path / "verify.json"
+    rc, out, err = kspec("verify", "--backend", "interpret", "--backend", "mosaic_tpu", "--json", report)
+    assert rc == 0, out + err
+    rows = results(report)
+    assert {r["backend"] for r in rows} == {"interpret", "mosaic_tpu"}
+    specs = {p.stem for p in (ROOT / "specs").glob("*.yaml")}
+    assert {r["kernel"] for r in rows} == specs
+    assert all(r["status"] == "pass" for r in rows), [r for r in rows if r["status"] != "pass"]
+    assert out.splitlines()[-1].endswith("0 failed, 0 errors, 0 skipped")
+
+
+def test_json_report_is_complete_and_seed_reproduces(tmp_path):
+    a, b, c = (tmp_path / f"{n}.json" for n in "abc")
+    spec = ROOT / "specs" / "softmax.yaml"
+    for path, seed in ((a, 7), (b, 7), (c, 8)):
+        rc, out, _ = kspec("verify", spec, "--backend", "interpret", "--seed", seed, "--json", path)
+        assert rc == 0
+        assert f"seed: {seed}" in out
+    doc = json.loads(a.read_text())
+    assert {"kspec_version", "jax_version", "device", "seed", "results"} <= set(doc)
+    keys = {"kernel", "backend", "case", "dtype", "status", "max_abs_err", "rel_err", "tolerance", "seconds", "message"}
+    assert all(keys <= set(r) for r in doc["results"])
+    errs = lambda p: [(r["case"], r["dtype"], r["max_abs_err"], r["rel_err"]) for r in results(p)]  # noqa: E731
+    assert errs(a) == errs(b)
+    assert errs(a) != errs(c)  # fresh data for another seed
+
+
+def test_shipped_specs_pass_on_20_seeds_interpret(tmp_path):
+    report = tmp_path / "r.json"
+    rc, out, err = kspec("verify", "--backend", "interpret", "--repeat", "20", "--seed", "1000", "--json", report)
+    assert rc == 0, out + err
+    rows = results(report)
+    assert len({r["seed"] for r in rows}) == 20
+    assert all(r["status"] == "pass" for r in rows)
+
+
+@pytest.mark.slow
+def test_shipped_specs_pass_on_20_seeds_tpu_interpret(tmp_path):
+    rc, out, err = kspec("verify", "--backend", "mosaic_tpu", "--repeat", "20", "--seed", "2000")
+    assert rc == 0, out + err
+
+
+def test_planted_bugs_all_fail(tmp_path):
+    bugs = ["off_by_one", "uninit_acc", "wrong_dtype", "unwritten"]
+    proj = project(tmp_path, *(PLANTED / f"{b}.yaml" for b in bugs))
+    report = tmp_path / "r.json"
+    junit = tmp_path / "r.xml"
+    rc, out, err = kspec("verify", "--seed", "3", "--json", report, "--junit", junit, cwd=proj)
+    assert rc == 1, out + err
+    rows = results(report)
+    assert {r["kernel"] for r in rows} == set(bugs)
+    assert all(r["status"] == "fail" for r in rows), rows
+    by_kernel = {r["kernel"]: r["message"] for r in rows if r["backend"] == "interpret"}
+    assert "elements outside tolerance" in by_kernel["off_by_one"]
+    assert "are NaN/Inf where the reference is finite" in by_kernel["uninit_acc"]
+    assert "are NaN/Inf where the reference is finite" in by_kernel["unwritten"]
+    assert by_kernel["wrong_dtype"] == "output o has dtype bfloat16 but the reference returns float32"
+    suite = ET.parse(junit).getroot()
+    assert suite.get("failures") == str(len(rows))
+    assert len(suite.findall("testcase/failure")) == len(rows)
+
+
+HANG = """
+name: {name}
+inputs: {{x: {{shape: [N], dtype: float32}}}}
+outputs: {{o: {{shape: [N], dtype: x}}}}
+body: |
+  {body}
+reference: |
+  return x
+cases: [{{N: 128}}]
+"""
+
+
+def test_crash_hang_and_memory_blowup_fail_only_their_own_case(tmp_path):
+    (tmp_path / "specs").mkdir()
+    bodies = {
+        "a_hang": "while True: pass",
+        "b_crash": "import os; os._exit(3)",
+        "c_oom": "np.ones((1 << 50,), np.uint8)",
+        "d_fine": "o_ref[...] = x_ref[...]",
+    }
+    for name, body in bodies.items():
+        (tmp_path / "specs" / f"{name}.yaml").write_text(HANG.format(name=name, body=body))
+    rc, out, err = kspec("generate", cwd=tmp_path)
+    assert rc == 0, out + err
+    report = tmp_path / "r.json"
+    rc, out, err = kspec("verify", "--timeout", "20", "--json", report, cwd=tmp_path)
+    assert rc == 1
+    status = {r["kernel"]: (r["status"], r["message"]) for r in results(report)}
+    assert status["a_hang"] == ("error", "timed out after 20 s")
+    assert status["b_crash"] == ("error", "worker died: exit code 3")
+    assert status["c_oom"][0] == "error" and "MemoryError" in status["c_oom"][1]
+    assert status["d_fine"] == ("pass", "")
+    assert "Traceback" not in out
+
+
+def test_stale_generated_files_stop_verify(tmp_path):
+    proj = project(tmp_path, ROOT / "specs" / "add.yaml")
+    target = proj / "generated" / "add" / "interpret.py"
+    target.write_text(target.read_text().replace("x_ref[...] + y_ref[...]", "x_ref[...] - y_ref[...]"))
+    rc, out, _ = kspec("verify", cwd=proj)
+    assert rc == 1
+    assert "generated/add/interpret.py: edited by hand" in out
+    assert "generated/ is out of date: run `kspec generate` first" in out
+
+
+def test_lower_every_backend_for_its_platform(tmp_path):
+    report = tmp_path / "lower.json"
+    rc, out, err = kspec("verify", "--lower", "--json", report)
+    assert rc == 0, out + err
+    rows = [r for r in results(report) if r["status"] != "skip"]
+    assert {r["backend"] for r in rows} == {"triton", "mosaic_gpu", "mosaic_tpu"}
+    assert all(r["status"] == "pass" and r["mode"] == "lower" for r in rows)
+    platforms = {r["backend"]: r["message"].split()[2] for r in rows}
+    assert platforms == {"triton": "cuda", "mosaic_gpu": "cuda", "mosaic_tpu": "tpu"}
+
+
+def test_unknown_backend_is_a_usage_error():
+    rc, _, err = kspec("verify", "--backend", "cuda")
+    assert rc == 2
+    assert "unknown backend 'cuda'" in err
