@@ -7,6 +7,7 @@ overwrite); 2 invalid input or usage.
 from __future__ import annotations
 
 import sys
+from collections import Counter
 from pathlib import Path
 from typing import List, Optional
 
@@ -150,31 +151,11 @@ def verify(
 ) -> None:
     """Run every case x dtype x backend this machine can run against the reference (exit 1 on any failure)."""
     import json
-    import secrets
-    from collections import Counter
 
     from codegen import verify as v
-    from codegen.backends import BACKENDS
 
-    unknown = [b for b in backend or [] if b not in BACKENDS]
-    if unknown:
-        typer.echo(f"error: unknown backend {unknown[0]!r}; known: {', '.join(BACKENDS)}", err=True)
-        raise typer.Exit(2)
-    results = _compile_all(paths)
-    code = _summary(results)
-    if code:
-        raise typer.Exit(code)
-    drift = v.stale(results)
-    if drift:
-        for path, reason in drift:
-            typer.echo(f"{_shown(path)}: {reason}")
-        typer.echo("generated/ is out of date: run `kspec generate` first")
-        raise typer.Exit(1)
-    seed = seed if seed is not None else secrets.randbelow(2**31)
-    typer.echo(f"seed: {seed}  (reproduce with --seed {seed})")
-    session = v.Session(v.worker_env(), timeout)
+    results, session, seed = _start_run(paths, backend, seed, timeout)
     info = session.info
-    typer.echo(f"jax {info['jax_version']} on {info['platform']} ({info['device']})")
     tasks, skipped = v.plan(
         results, backends=backend or [], cases=case or [], seed=seed, lower=lower, platform=info["platform"],
         repeat=repeat,
@@ -197,6 +178,92 @@ def verify(
         f"{counts['pass']} passed, {counts['fail']} failed, {counts['error']} errors, {counts['skip']} skipped"
     )
     raise typer.Exit(1 if counts["fail"] or counts["error"] else 0)
+
+
+@app.command()
+def bench(
+    paths: Optional[List[Path]] = PathsArg,
+    backend: Optional[List[str]] = typer.Option(None, "--backend", "-b", help="Only these backends (repeatable)."),
+    case: Optional[List[str]] = typer.Option(None, "--case", help="Only bench cases with these names (repeatable)."),
+    samples: int = typer.Option(20, "--samples", min=3, help="Timed samples per figure."),
+    seed: Optional[int] = typer.Option(None, "--seed", help="Seed for the random inputs."),
+    json_path: Optional[Path] = typer.Option(None, "--json", help="Write results as JSON (see docs/bench.md)."),
+    markdown_path: Optional[Path] = typer.Option(None, "--markdown", help="Write a markdown report."),
+    plot_path: Optional[Path] = typer.Option(None, "--plot", help="Write a PNG plot (needs matplotlib)."),
+    measure_ceilings: bool = typer.Option(False, "--measure-ceilings", help="Measure copy bandwidth and bf16 matmul peak here and use them as the roofline."),
+    timeout: float = typer.Option(900.0, "--timeout", help="Seconds allowed per bench case."),
+) -> None:
+    """Time each kernel x backend x bench case against its XLA reference, side by side."""
+    import datetime
+    import json
+
+    from codegen import __version__ as version
+    from codegen import bench as bn
+    from codegen import verify as v
+
+    if plot_path:
+        try:
+            import matplotlib  # noqa: F401
+        except ImportError:
+            typer.echo("error: --plot needs matplotlib: pip install 'kspec[plot]'", err=True)
+            raise typer.Exit(2)
+    results, session, seed = _start_run(paths, backend, seed, timeout)
+    info = session.info
+    try:
+        ceilings, roofline = (), "vendor peak table (codegen/devices.py)"
+        if measure_ceilings:
+            measured = session.run(bn.ceilings_task())
+            ceilings = (measured["bandwidth_gbs"], measured["tflops_bf16"])
+            roofline = f"measured here: copy {ceilings[0]:.0f} GB/s, bf16 matmul {ceilings[1]:.0f} TFLOP/s"
+            typer.echo(f"ceilings: {roofline}")
+        tasks, skipped = bn.plan(results, backends=backend or [], cases=case or [], seed=seed,
+                                 samples=samples, platform=info["platform"], ceilings=ceilings)
+        rows = _run_with_progress(session, tasks)
+    finally:
+        session.close()
+    meta = {"device": info["device"], "jax_version": info["jax_version"], "kspec_version": version,
+            "date": datetime.date.today().isoformat(), "seed": seed, "samples": samples, "roofline": roofline}
+    typer.echo(bn.markdown(rows, meta=meta))
+    for (name, why), n in sorted(Counter((r["backend"], r["message"]) for r in skipped).items()):
+        typer.echo(f"skipped {n} {name} task(s): {why}")
+    if json_path:
+        json_path.write_text(json.dumps(dict(meta, results=rows + skipped), indent=2) + "\n")
+    if markdown_path:
+        markdown_path.write_text(bn.markdown(rows, meta=meta))
+    if plot_path:
+        bn.plot(rows, str(plot_path))
+    counts = v.summary(rows + skipped)
+    typer.echo(f"{counts['pass']} passed, {counts['fail']} failed, {counts['error']} errors, {counts['skip']} skipped")
+    raise typer.Exit(1 if counts["fail"] or counts["error"] else 0)
+
+
+def _start_run(paths, backends, seed, timeout):
+    """Shared start of verify/bench/tune: check specs and drift, start a worker, print the seed."""
+    import secrets
+
+    from codegen import verify as v
+    from codegen.backends import BACKENDS
+
+    unknown = [b for b in backends or [] if b not in BACKENDS]
+    if unknown:
+        typer.echo(f"error: unknown backend {unknown[0]!r}; known: {', '.join(BACKENDS)}", err=True)
+        raise typer.Exit(2)
+    results = _compile_all(paths)
+    code = _summary(results)
+    if code:
+        raise typer.Exit(code)
+    drift = v.stale(results)
+    if drift:
+        for path, reason in drift:
+            typer.echo(f"{_shown(path)}: {reason}")
+        typer.echo("generated/ is out of date: run `kspec generate` first")
+        raise typer.Exit(1)
+    seed = seed if seed is not None else secrets.randbelow(2**31)
+    typer.echo(f"seed: {seed}  (reproduce with --seed {seed})")
+    session = v.Session(v.worker_env(), timeout)
+    info = session.info
+    typer.echo(f"jax {info['jax_version']} on {info['platform']} ({info['device']})")
+    return results, session, seed
 
 
 def _run_with_progress(session, tasks: list) -> list:

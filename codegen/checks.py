@@ -51,13 +51,17 @@ def check(spec: KernelSpec) -> list[Diagnostic]:
     diags = _names(spec) + _dtypes(spec) + _code(spec)
     for variant in spec.variants.values():
         diags += _structure(spec, variant)
+    if spec.cost is not None:
+        scope = set(spec.dims) | {p.name for v in spec.variants.values() for p in v.params}
+        for e in (spec.cost.flops, spec.cost.transcendentals, spec.cost.bytes_accessed):
+            diags += _unknown(e, scope, "cost_estimate")
     if not diags:
-        for case in spec.cases:
+        for case in spec.cases + spec.bench:
             diags += _case_bindings(spec, case)
     if not diags:
         from . import rules
 
-        for case in spec.cases:
+        for case in spec.cases + spec.bench:
             for variant in spec.variants.values():
                 for dtypes in dtype_assignments(spec, case):
                     if not variant.supports(dtypes):

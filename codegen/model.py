@@ -96,6 +96,15 @@ class Constraint:
 
 
 @dataclasses.dataclass(frozen=True)
+class Cost:
+    """pl.CostEstimate as expressions; bytes_accessed None means: derive from the operands."""
+
+    flops: Expr | None
+    transcendentals: Expr | None
+    bytes_accessed: Expr | None
+
+
+@dataclasses.dataclass(frozen=True)
 class Variant:
     """The kernel as one backend sees it, after that backend's overrides."""
 
@@ -143,6 +152,8 @@ class KernelSpec:
     tolerance: Mapping[str, Mapping[str, float]]
     variants: Mapping[str, Variant]  # backend name -> variant, in the spec's order
     loc: Location
+    bench: tuple = ()  # of Case: large shapes for bench and tune
+    cost: Cost | None = None
 
     @property
     def operands(self) -> tuple:
@@ -308,14 +319,21 @@ class _Builder:
             )
         return out
 
-    def cases(self, raw: list) -> tuple:
+    def cost(self, raw: Mapping | None) -> Cost | None:
+        if raw is None:
+            return None
+        at = ("cost_estimate",)
+        parts = {k: self.expr(raw[k], at + (k,)) if k in raw else None for k in ("flops", "transcendentals", "bytes_accessed")}
+        return Cost(**parts)
+
+    def cases(self, raw: list, key: str = "cases") -> tuple:
         out = []
-        for i, case in enumerate(raw):
-            here = ("cases", i)
+        for i, case in enumerate(raw or []):
+            here = (key, i)
             dims = {k: v for k, v in case.items() if k not in ("name", "dtype", "params", "tolerance")}
             out.append(
                 Case(
-                    case.get("name") or f"case{i}",
+                    case.get("name") or f"{'bench' if key == 'bench' else 'case'}{i}",
                     dims,
                     case.get("dtype"),
                     dict(case.get("params") or {}),
@@ -368,6 +386,8 @@ def build(doc: Document) -> KernelSpec:
         tolerance=dict(data.get("tolerance") or {}),
         variants=variants,
         loc=doc.loc(()),
+        bench=b.cases(data.get("bench"), "bench"),
+        cost=b.cost(data.get("cost_estimate")),
     )
     if b.errors:
         raise SpecError(b.errors)

@@ -21,10 +21,11 @@ TEMPLATES = Path(__file__).resolve().parent.parent / "templates"
 
 
 def _docstring(text: str, indent: int) -> str:
-    """Text safe inside a triple-quoted docstring, continuation lines indented."""
-    text = (text or "").strip().replace("\\", "\\\\").replace('"""', '\\"\\"\\"')
-    if text.endswith('"'):
-        text = text[:-1] + '\\"'
+    """Text safe inside a triple-quoted docstring, continuation lines indented.
+
+    Backslashes and every double quote are escaped, so no spec text can end the
+    string early, whatever it holds."""
+    text = (text or "").strip().replace("\\", "\\\\").replace('"', '\\"')
     pad = " " * indent
     return "\n".join((pad + line if line.strip() and i else line.rstrip()) for i, line in enumerate(text.splitlines()))
 
@@ -172,7 +173,25 @@ class _Context:
             scratch_shapes=[self._scratch(variant, s) for s in variant.scratch],
             compiler_params=self._compiler_params(variant),
             dtype_limits=[(name, _tuple(jnp_dtype(d) for d in allowed)) for name, allowed in variant.dtypes.items()],
+            cost_estimate=self._cost(),
         )
+
+    def _cost(self) -> str | None:
+        cost = self.spec.cost
+        if cost is None:
+            return None
+        if cost.bytes_accessed is not None:
+            nbytes = cost.bytes_accessed.render()
+        else:
+            terms = [f"{o.name}.size * {o.name}.dtype.itemsize" for o in self.spec.inputs]
+            terms += [
+                f"math.prod({_tuple(e.render() for e in o.shape)}) * jnp.dtype({_dtype_expr(self.spec, o)}).itemsize"
+                for o in self.spec.outputs
+            ]
+            nbytes = " + ".join(terms)
+        flops = cost.flops.render() if cost.flops is not None else "0"
+        trans = cost.transcendentals.render() if cost.transcendentals is not None else "0"
+        return f"pl.CostEstimate(flops={flops}, transcendentals={trans}, bytes_accessed={nbytes})"
 
     def _block(self, variant: Variant, op) -> str:
         block = variant.blocks.get(op.name)

@@ -30,8 +30,12 @@ class Task:
     dtypes: tuple  # ((operand, dtype), ...), inputs first
     dtype_label: str  # the inputs' dtypes, for reports
     seed: int
-    mode: str  # "run" | "lower"
+    mode: str  # "run" | "lower" | "bench"
     out_root: str
+    suite: str = "cases"  # which list case_index points into: "cases" or "bench"
+    params: tuple = ()  # ((param, value), ...) overriding the case's params (tune)
+    samples: int = 0  # bench: timed samples
+    ceilings: tuple = ()  # bench: measured (bandwidth GB/s, bf16 TFLOP/s) to use as the roofline
 
     @property
     def label(self) -> str:

@@ -8,6 +8,7 @@ the run's seed, the task and the operand, so `--seed` reproduces a run exactly.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import hashlib
 import importlib
@@ -134,77 +135,121 @@ def _reset_tpu_interpret() -> None:
         pltpu.reset_tpu_interpret_mode_state()
 
 
-def _run(task: Task, start: float) -> dict:
-    import jax
-    import jax.numpy as jnp
+@dataclasses.dataclass
+class Prepared:
+    """A task's spec, case and variant resolved, module imported, inputs made."""
 
+    spec: object
+    case: object
+    variant: object
+    inst: object
+    dtypes: dict
+    params: dict  # the kernel's params for this case
+    ref_params: dict  # the subset the reference takes
+    fn: object
+    ref_fn: object
+    inputs: list
+
+
+def _prepare(task: Task) -> Prepared:
     compiled = _spec(task.spec_path)
     spec = compiled.spec
     if spec is None:
-        return result(task, "error", "the spec no longer checks; run `kspec check`")
-    case = spec.cases[task.case_index]
+        raise RuntimeError("the spec no longer checks; run `kspec check`")
+    case = (spec.bench if task.suite == "bench" else spec.cases)[task.case_index]
     variant = spec.variants[task.backend]
     dtypes = dict(task.dtypes)
+    overrides = dict(task.params)
+    if overrides:
+        case = dataclasses.replace(case, params=dict(case.params, **overrides))
     inst, diags = checks.instantiate(spec, variant, case, dtypes)
     if inst is None:
-        return result(task, "error", diags[0].format() if diags else "case does not instantiate")
+        raise RuntimeError(diags[0].format() if diags else "case does not instantiate")
     params = {k: v for k, v in inst.env.items() if k in variant.param_defaults}
     module = _module(task, task.backend)
-    fn = getattr(module, spec.name)
+    ref_module = _module(task, "reference")
+    base_params = {p.name for p in next(iter(spec.variants.values())).params}
     inputs = [make_input(task, op, inst.shapes[op.name], dtypes[op.name], inst.env, inst.shapes) for op in spec.inputs]
-    if task.mode == "lower":
-        return _lower(task, fn, inputs, params, start)
+    return Prepared(
+        spec, case, variant, inst, dtypes, params,
+        {k: v for k, v in params.items() if k in base_params},
+        getattr(module, spec.name), getattr(ref_module, f"{spec.name}_reference"), inputs,
+    )
 
-    call = functools.partial(fn, **params)
+
+def _run(task: Task, start: float) -> dict:
+    import jax
+
+    if task.mode == "ceilings":
+        from .benchrun import measure_ceilings
+
+        return dict(result(task, "pass"), **measure_ceilings())
+    prep = _prepare(task)
+    if task.mode == "lower":
+        return _lower(task, prep.fn, prep.inputs, prep.params, start)
+    if task.mode == "bench":
+        from .benchrun import bench
+
+        return bench(task, prep, check_outputs)
+    call = functools.partial(prep.fn, **prep.params)
     interpret_note = ""
     recorder = None
     if task.backend == "mosaic_tpu" and jax.default_backend() != "tpu":
         call, recorder, interpret_note = _tpu_interpret(call, task)
     captured = io.StringIO()
     with contextlib.redirect_stdout(captured):
-        outs = call(*inputs)
-        outs = jax.block_until_ready(outs)
+        outs = jax.block_until_ready(call(*prep.inputs))
     seconds = round(time.monotonic() - start, 3)
     if recorder is not None:
-        race = _race_report(inst, recorder, captured.getvalue())
+        race = _race_report(prep.inst, recorder, captured.getvalue())
         if race:
             return result(task, "fail", race + interpret_note, seconds=seconds)
+    out = check_outputs(task, prep, outs, seconds)
+    if out["status"] != "pass":
+        out["message"] += interpret_note
+    return out
+
+
+def check_outputs(task: Task, prep: Prepared, outs, seconds: float) -> dict:
+    """Compare a kernel's outputs with the reference run at higher precision."""
+    import jax
+    import jax.numpy as jnp
+
+    spec = prep.spec
     outs = outs if isinstance(outs, (tuple, list)) else (outs,)
-    ref_module = importlib.import_module(module.__name__.rsplit(".", 1)[0] + ".reference")
-    ref_fn = getattr(ref_module, f"{spec.name}_reference")
-    base_params = {p.name for p in next(iter(spec.variants.values())).params}
+    ref_fn = functools.partial(prep.ref_fn, **prep.ref_params)
     with jax.default_matmul_precision("highest"):
-        refs = ref_fn(*[_upcast(x) for x in inputs], **{k: v for k, v in params.items() if k in base_params})
+        refs = ref_fn(*[_upcast(x) for x in prep.inputs])
     refs = refs if isinstance(refs, (tuple, list)) else (refs,)
-    if len(refs) != len(outs) or len(outs) != len(spec.outputs):
-        return result(task, "fail", f"kernel returned {len(outs)} output(s), reference {len(refs)}, spec declares {len(spec.outputs)}", seconds=seconds)
+    if not len(refs) == len(outs) == len(spec.outputs):
+        return result(
+            task, "fail",
+            f"kernel returned {len(outs)} output(s), reference {len(refs)}, spec declares {len(spec.outputs)}",
+            seconds=seconds,
+        )
     # The reference at the inputs' own dtypes says what dtype each output must have.
-    ref_params = {k: v for k, v in params.items() if k in base_params}
-    natural = jax.eval_shape(functools.partial(ref_fn, **ref_params), *inputs)
+    natural = jax.eval_shape(ref_fn, *prep.inputs)
     natural = natural if isinstance(natural, (tuple, list)) else (natural,)
-    for op, out, want in zip(spec.outputs, outs, natural):
-        if out.dtype != want.dtype:
-            return result(
-                task, "fail",
-                f"output {op.name} has dtype {out.dtype} but the reference returns {want.dtype}",
-                seconds=seconds,
-            )
-    tol = dt.tolerance(list(dtypes.values()), spec.tolerance, case.tolerance)
+    tol = dt.tolerance(list(prep.dtypes.values()), spec.tolerance, prep.case.tolerance)
     worst: dict = {}
-    for op, out, ref in zip(spec.outputs, outs, refs):
-        want = jnp.dtype(dtypes[op.name])
-        if out.dtype != want:
-            return result(task, "fail", f"output {op.name} has dtype {out.dtype}, the spec declares {want}", seconds=seconds, tolerance=tol)
+    for op, out, ref, want in zip(spec.outputs, outs, refs, natural):
+        declared = jnp.dtype(prep.dtypes[op.name])
+        if out.dtype != want.dtype:
+            message = f"output {op.name} has dtype {out.dtype} but the reference returns {want.dtype}"
+            return result(task, "fail", message, seconds=seconds, tolerance=tol)
+        if out.dtype != declared:
+            message = f"output {op.name} has dtype {out.dtype}, the spec declares {declared}"
+            return result(task, "fail", message, seconds=seconds, tolerance=tol)
         verdict = compare(out, ref, tol["atol"], tol["rtol"])
         if "max_abs_err" not in verdict:
             return result(task, "fail", f"output {op.name}: {verdict['message']}", seconds=seconds, tolerance=tol)
-        if not worst or not verdict["passed"] or verdict["rel_err"] > worst.get("rel_err", 0):
-            worst = dict(verdict, message=(f"output {op.name}: " + verdict["message"]) if verdict["message"] else "")
+        if not worst or not verdict["passed"] or verdict["rel_err"] > worst["rel_err"]:
+            worst = dict(verdict, message=f"output {op.name}: {verdict['message']}" if verdict["message"] else "")
         if not verdict["passed"]:
             break
-    status = "pass" if worst["passed"] else "fail"
     metrics = {k: worst[k] for k in ("max_abs_err", "max_rel_err", "rel_err", "frac_within_tol")}
-    return result(task, status, worst["message"] + (interpret_note if status != "pass" else ""), seconds=seconds, tolerance=tol, **metrics)
+    status = "pass" if worst["passed"] else "fail"
+    return result(task, status, worst["message"], seconds=seconds, tolerance=tol, **metrics)
 
 
 def _tpu_interpret(call, task: Task):

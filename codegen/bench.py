@@ -1,0 +1,116 @@
+"""`kspec bench`: plan bench tasks and write the reports (markdown, JSON, PNG plot).
+
+Timing itself happens in the worker (codegen/benchrun.py); this side only plans
+and formats, so it does not import jax.
+"""
+
+from __future__ import annotations
+
+from . import checks, pipeline
+from .verify import Task, _dtype_reason, _skip_reason, result
+
+
+def plan(compiled: list, *, backends: list, cases: list, seed: int, samples: int, platform: str,
+         ceilings: tuple = ()) -> tuple:
+    """(tasks, skipped) for every spec's bench cases (its verify cases if it has none)."""
+    tasks, skipped = [], []
+    for c in compiled:
+        spec = c.spec
+        suite, chosen = ("bench", spec.bench) if spec.bench else ("cases", spec.cases)
+        for name, variant in spec.variants.items():
+            if backends and name not in backends:
+                continue
+            for i, case in enumerate(chosen):
+                if cases and case.name not in cases:
+                    continue
+                for assign in checks.dtype_assignments(spec, case):
+                    label = ",".join(dict.fromkeys(assign[o.name] for o in spec.inputs))
+                    task = Task(
+                        str(c.path), spec.name, name, case.name, i, tuple(assign.items()), label, seed,
+                        "bench", str(pipeline.out_root_for(c.path)), suite=suite, samples=samples,
+                        ceilings=ceilings,
+                    )
+                    why = _skip_reason(name, platform, False) or _dtype_reason(variant, assign)
+                    if name == "mosaic_tpu" and platform != "tpu":
+                        why = "TPU interpret mode is a simulator: timing it means nothing"
+                    if why:
+                        skipped.append(result(task, "skip", why))
+                    else:
+                        tasks.append(task)
+    return tasks, skipped
+
+
+def ceilings_task() -> Task:
+    return Task("", "ceilings", "", "", 0, (), "", 0, "ceilings", "")
+
+
+def _f(value, fmt: str = ".3f") -> str:
+    return "-" if value is None else format(value, fmt)
+
+
+COLUMNS = ("kernel", "backend", "case", "dtype", "ms (p10-p90)", "XLA ms", "speedup", "TFLOP/s", "GB/s",
+           "% roofline", "XLA % roofline", "compile s", "params")
+
+
+def row(r: dict) -> tuple:
+    if r["status"] != "pass":
+        return (r["kernel"], r["backend"], r["case"], r["dtype"], r["status"], "", "", "", "", "", "", "",
+                r["message"].splitlines()[0][:80] if r["message"] else "")
+    return (
+        r["kernel"], r["backend"], r["case"], r["dtype"],
+        f"{r['ms']:.3f} ({r['ms_p10']:.3f}-{r['ms_p90']:.3f})",
+        _f(r["ref_ms"]), f"{r['speedup']:.2f}x", _f(r["tflops"], ".1f"), _f(r["gbs"], ".0f"),
+        _f(r["roofline_pct"], ".0f"), _f(r["ref_roofline_pct"], ".0f"), _f(r["compile_s"], ".2f"),
+        " ".join(f"{k}={v}" for k, v in sorted(r["params"].items())),
+    )
+
+
+def markdown(rows: list, *, meta: dict) -> str:
+    lines = [
+        "# kspec bench",
+        "",
+        f"- device: {meta['device']}",
+        f"- jax: {meta['jax_version']}, kspec: {meta['kspec_version']}",
+        f"- date: {meta['date']}",
+        f"- seed: {meta['seed']}, samples per figure: {meta['samples']}",
+        f"- roofline: {meta['roofline']}",
+        "",
+        "Each figure is the median per-call time over the samples (10th-90th percentile in brackets), "
+        "the kernel and its XLA reference sampled in alternation in one process, inputs rotated "
+        "across copies larger than L2, after a correctness check against the reference.",
+        "",
+        "| " + " | ".join(COLUMNS) + " |",
+        "|" + "---|" * len(COLUMNS),
+    ]
+    lines += ["| " + " | ".join(str(x) for x in row(r)) + " |" for r in rows]
+    return "\n".join(lines) + "\n"
+
+
+def plot(rows: list, path: str) -> None:
+    """Throughput against problem size, one line per kernel x backend, XLA dashed."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    done = [r for r in rows if r["status"] == "pass"]
+    kernels = sorted({r["kernel"] for r in done})
+    fig, axes = plt.subplots(1, max(len(kernels), 1), figsize=(5 * max(len(kernels), 1), 4), squeeze=False)
+    for ax, kernel in zip(axes[0], kernels):
+        mine = [r for r in done if r["kernel"] == kernel]
+        use_flops = all(r["tflops"] for r in mine)
+        key, ref_key, unit = ("tflops", "ref_tflops", "TFLOP/s") if use_flops else ("gbs", "ref_gbs", "GB/s")
+        for backend in sorted({r["backend"] for r in mine}):
+            pts = sorted((r["bytes"] if not use_flops else r["flops"], r[key], r[ref_key])
+                         for r in mine if r["backend"] == backend)
+            ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=backend)
+        refs = sorted({(r["bytes"] if not use_flops else r["flops"], r[ref_key]) for r in mine})
+        ax.plot([p[0] for p in refs], [p[1] for p in refs], "k--", marker="x", label="XLA reference")
+        ax.set_xscale("log")
+        ax.set_title(kernel)
+        ax.set_xlabel("FLOPs per call" if use_flops else "bytes per call")
+        ax.set_ylabel(unit)
+        ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)

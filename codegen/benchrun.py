@@ -1,0 +1,127 @@
+"""Bench one kernel x backend x bench case inside the worker: correct first, then timed
+side by side with the XLA reference. Returns a result row (see docs/bench.md)."""
+
+from __future__ import annotations
+
+import functools
+import math
+import time
+
+from . import dtypes as dt
+from . import timing
+from .devices import Peak, peak_for
+from .verify import result
+
+
+def _nbytes(arrays) -> int:
+    return sum(int(math.prod(a.shape)) * a.dtype.itemsize for a in arrays)
+
+
+def work(prep, outs) -> tuple:
+    """(flops, transcendentals, bytes) for one call, from the spec's cost_estimate."""
+    env = prep.inst.env
+    cost = prep.spec.cost
+    flops = cost.flops.eval(env) if cost and cost.flops is not None else None
+    trans = cost.transcendentals.eval(env) if cost and cost.transcendentals is not None else None
+    if cost and cost.bytes_accessed is not None:
+        nbytes = cost.bytes_accessed.eval(env)
+    else:
+        nbytes = _nbytes(prep.inputs) + _nbytes(outs)
+    return flops, trans, nbytes
+
+
+def _compile(fn, args) -> tuple:
+    import jax
+
+    start = time.perf_counter()
+    compiled = jax.jit(fn).lower(*args).compile()
+    return compiled, time.perf_counter() - start
+
+
+def bench(task, prep, check_outputs) -> dict:
+    import jax
+
+    start = time.monotonic()
+    kernel = functools.partial(prep.fn, **prep.params)
+    reference = functools.partial(prep.ref_fn, **prep.ref_params)
+    outs = jax.block_until_ready(kernel(*prep.inputs))
+    verdict = check_outputs(task, prep, outs, round(time.monotonic() - start, 3))
+    if verdict["status"] != "pass":
+        verdict["message"] = "not timed, wrong result: " + verdict["message"]
+        return verdict
+    outs = outs if isinstance(outs, (tuple, list)) else (outs,)
+    device = jax.devices()[0]
+    peak = peak_for(device.device_kind)
+    if task.ceilings:
+        bandwidth, tflops = task.ceilings
+        table = {d: tflops for d in ("bfloat16", "float16")}
+        peak = Peak("measured", table, bandwidth, peak.l2_bytes if peak else 0)
+    copies = timing.copies_needed(_nbytes(prep.inputs), peak.l2_bytes if peak else 0)
+    arg_sets = [prep.inputs] + [
+        [jax.random.normal(jax.random.key(task.seed + c * 7919 + i), x.shape).astype(x.dtype)
+         if jax.numpy.issubdtype(x.dtype, jax.numpy.floating) else x
+         for i, x in enumerate(prep.inputs)]
+        for c in range(1, copies)
+    ]
+    compiled_k, compile_k = _compile(kernel, prep.inputs)
+    compiled_r, compile_r = _compile(reference, prep.inputs)
+    times = timing.sample(
+        {"kernel": timing.rotating(compiled_k, arg_sets), "reference": timing.rotating(compiled_r, arg_sets)},
+        samples=task.samples,
+    )
+    k, r = timing.stats(times["kernel"]), timing.stats(times["reference"])
+    flops, trans, nbytes = work(prep, outs)
+    seconds = k["median_ms"] / 1e3
+    compute = dt.least_precise(prep.dtypes[o.name] for o in prep.spec.inputs)
+    figures = {
+        "ms": k["median_ms"],
+        "ms_p10": k["p10_ms"],
+        "ms_p90": k["p90_ms"],
+        "ref_ms": r["median_ms"],
+        "ref_ms_p10": r["p10_ms"],
+        "ref_ms_p90": r["p90_ms"],
+        "speedup": r["median_ms"] / k["median_ms"],
+        "compile_s": compile_k,
+        "ref_compile_s": compile_r,
+        "samples": k["samples"],
+        "input_copies": copies,
+        "flops": flops,
+        "transcendentals": trans,
+        "bytes": nbytes,
+        "tflops": flops / seconds / 1e12 if flops else None,
+        "ref_tflops": flops / (r["median_ms"] / 1e3) / 1e12 if flops else None,
+        "gbs": nbytes / seconds / 1e9,
+        "ref_gbs": nbytes / (r["median_ms"] / 1e3) / 1e9,
+        "device": device.device_kind,
+        "roofline_pct": None,
+        "ref_roofline_pct": None,
+        "bound": None,
+        "params": prep.params,
+    }
+    if peak:
+        peak_flops = peak.flops_for(compute)
+        t_mem = nbytes / (peak.bandwidth_gbs * 1e9)
+        t_flop = flops / peak_flops if flops and peak_flops else 0.0
+        floor = max(t_mem, t_flop)
+        figures["bound"] = "compute" if t_flop > t_mem else "memory"
+        figures["roofline_pct"] = 100 * floor / seconds
+        figures["ref_roofline_pct"] = 100 * floor / (r["median_ms"] / 1e3)
+    return dict(verdict, seconds=round(time.monotonic() - start, 3), **figures)
+
+
+def measure_ceilings() -> dict:
+    """Copy bandwidth and bf16 matmul throughput measured here and now."""
+    import jax
+    import jax.numpy as jnp
+
+    on_cpu = jax.default_backend() == "cpu"
+    n = (16 << 20) if on_cpu else (256 << 20)  # f32 elements: 64 MiB on CPU, 1 GiB on accelerators
+    x = jnp.ones((n,), jnp.float32)
+    m = 1024 if on_cpu else 8192
+    a = jnp.ones((m, m), jnp.bfloat16)
+    scale = jax.jit(lambda v: v * 2.0)
+    dot = jax.jit(lambda p, q: jnp.dot(p, q, preferred_element_type=jnp.float32).astype(jnp.bfloat16))
+    times = timing.sample({"copy": lambda: scale(x), "matmul": lambda: dot(a, a)}, samples=10)
+    copy_s = timing.stats(times["copy"])["median_ms"] / 1e3
+    mm_s = timing.stats(times["matmul"])["median_ms"] / 1e3
+    return {"bandwidth_gbs": 2 * n * 4 / copy_s / 1e9, "tflops_bf16": 2 * m**3 / mm_s / 1e12}

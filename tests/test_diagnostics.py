@@ -1,0 +1,242 @@
+"""One test per diagnostic code: a tiny bad spec and the exact text `kspec check` prints.
+
+Output is piped here, so there is no quoted line or caret: each diagnostic is its
+`path:line:col: error[CODE]: message` header and, if it has one, its `= help:` line.
+A new code in codegen.diagnostics.CODES fails test_every_code_has_a_case until it
+gets a spec and a pinned text below.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from codegen.backends import BACKENDS
+from codegen.diagnostics import CODES, Diagnostic, Location
+from codegen.schema import schema
+from conftest import VALID_SPEC, mutate
+
+V = VALID_SPEC
+X_BLOCK = 'x: {block_shape: [bs], index_map: "i -> (i,)"}'
+O_BLOCK = 'o: {block_shape: [bs], index_map: "i -> (i,)"}'
+GRID = 'grid: ["cdiv(N, bs)"]'
+BODY = "o_ref[...] = x_ref[...] * 2"
+
+
+def backend(section: str) -> str:
+    """The valid spec with a `backends:` section appended."""
+    return V + "backends:\n" + section
+
+
+# code -> the bad spec (text or bytes; None: the file does not exist).
+SPECS = {
+    "E100": None,
+    "E101": mutate(V, ("name: tiny", "name: [tiny")),
+    "E102": mutate(V, ("doc: Doubles a vector.\n", "doc: Doubles a vector.\ndoc: Again.\n")),
+    "E103": mutate(V, ("  bs: 8", "  bs: &b 8")),
+    "E104": mutate(V, ("  bs: 8", "  bs: !!python/object/apply:os.system ['true']")),
+    "E105": b"# " + b"x" * (1 << 20) + b"\n",
+    "E106": b"- name: tiny\n",
+    "E107": mutate(V, ("Doubles", "Dou\udcffbles")).encode("utf-8", "surrogateescape"),
+    "E108": b"a: " + b"[" * 40 + b"]" * 40 + b"\n",
+    "E109": mutate(V, ("  bs: 8", "  bs: " + "9" * 41)),
+    "E200": mutate(V, ("kspec: 1", "kspec: 2")),
+    "E201": mutate(V, ("doc: Doubles", "dco: Doubles")),
+    "E202": mutate(V, ("reference: |\n  return x * 2\n", "")),
+    "E203": mutate(V, ("  bs: 8", "  bs: eight")),
+    "E300": mutate(V, (GRID, 'grid: ["N ** 2"]')),
+    "E301": mutate(V, (GRID, 'grid: ["cdiv(N, bz)"]')),
+    "E302": mutate(V, (X_BLOCK, 'x: {block_shape: [bs], index_map: "i (i,)"}')),
+    "E303": mutate(V, (GRID, 'grid: ["N // (bs - 8)"]')),
+    "E400": mutate(V, ("  bs: 8", "  bs: 8\n  x: 1")),
+    "E401": mutate(V, ("dtype: float32", "dtype: float31")),
+    "E402": mutate(V, (X_BLOCK, 'x: {block_shape: [bs, 1], index_map: "i -> (i, 0)"}')),
+    "E403": mutate(V, (X_BLOCK, 'x: {block_shape: [bs], index_map: "i, j -> (i,)"}')),
+    "E404": mutate(V, (X_BLOCK, 'x: {block_shape: [bs], index_map: "i -> (i, 0)"}')),
+    "E405": mutate(V, (O_BLOCK, O_BLOCK + '\n  z: {block_shape: [bs], index_map: "i -> (i,)"}')),
+    "E407": mutate(V, ("o: {shape: [N], dtype: x}", "o: {shape: [N], dtype: x}\n  p: {shape: [N], dtype: o}")),
+    "E408": mutate(V, ("o: {shape: [N], dtype: x}", "o: {shape: [K], dtype: x}")),
+    "E409": backend("  interpret:\n  cuda:\n"),
+    "E500": mutate(V, ("{name: c, N: 64}", "{name: c}")),
+    "E501": mutate(V, ("cases:", 'constraints:\n  - {expr: "N % 128 == 0", message: N must be a multiple of 128}\ncases:')),
+    "E502": mutate(V, (O_BLOCK, 'o: {block_shape: [bs], index_map: "i -> (i + 1,)"}')),
+    "E503": mutate(V, (GRID, 'grid: ["cdiv(N, bs) - 1"]')),
+    "E504": mutate(V, ("{name: c, N: 64}", "{name: c, N: 64, dtype: int32}")),
+    "E505": mutate(V, (GRID, 'grid: ["N - 64"]')),
+    "E506": mutate(V, ("o: {shape: [N], dtype: x}", "o: {shape: [N - 64], dtype: x}")),
+    "E600": mutate(V, (BODY, "o_ref[...] = x_ref[...] *")),
+    "E601": mutate(V, (BODY, "import torch\n  " + BODY)),
+    "E701": backend("  mosaic_tpu:\n    blocks:\n      o: {block_shape: [64], index_map: \"i -> (0,)\"}\n"),
+    "E702": backend(
+        "  mosaic_tpu:\n"
+        "    params: {bs: 64}\n"
+        '    grid: ["cdiv(N, bs)", 2]\n'
+        "    blocks:\n"
+        '      x: {block_shape: [bs], index_map: "i, j -> (i,)"}\n'
+        '      o: {block_shape: [bs], index_map: "i, j -> (i,)"}\n'
+        "    compiler_params: {dimension_semantics: [parallel, parallel]}\n"
+    ),
+    "E703": backend("  mosaic_tpu:\n    params: {bs: 64}\n    compiler_params: {vmem_limit_bytes: 512}\n"),
+    "E704": backend("  mosaic_tpu:\n    params: {bs: 64}\n    compiler_params: {dimension_semantics: [parallel, parallel]}\n"),
+    "E711": backend("  triton:\n    params: {bs: 12}\n"),
+    "E712": backend("  triton:\n    body: |\n      o_ref[...] = jnp.dot(x_ref[...], x_ref[...]) * x_ref[...]\n"),
+    "E721": backend("  mosaic_gpu:\n    scratch:\n      buf: {shape: [256, 256], dtype: float32, memory_space: smem}\n"),
+    "E722": backend("  mosaic_gpu:\n    params: {bs: 512}\n"),
+}
+
+
+# code -> the lines `kspec check specs/bad.yaml` prints before its summary line.
+EXPECTED = {
+    "E100": ['specs/bad.yaml:1:1: error[E100]: No such file or directory'],
+    "E101": ["specs/bad.yaml:3:4: error[E101]: while parsing a flow sequence expected ',' or ']', but got ':'"],
+    "E102": ['specs/bad.yaml:4:1: error[E102]: duplicate key `doc` (first defined at line 3)', '  = help: remove one of the two entries'],
+    "E103": ['specs/bad.yaml:5:7: error[E103]: anchor `&b` is not allowed', '  = help: write the value out in full; kspec specs do not use anchors or aliases'],
+    "E104": ['specs/bad.yaml:5:7: error[E104]: tag `tag:yaml.org,2002:python/object/apply:os.system` is not allowed', '  = help: specs hold plain strings, numbers, booleans, lists and mappings only'],
+    "E105": ['specs/bad.yaml:1:1: error[E105]: spec file is larger than 1024 KiB'],
+    "E106": ['specs/bad.yaml:1:1: error[E106]: a spec must be a mapping of keys to values, not a list'],
+    "E107": ['specs/bad.yaml:3:9: error[E107]: byte 0xff is not valid UTF-8', '  = help: spec files are UTF-8 text'],
+    "E108": ['specs/bad.yaml:1:35: error[E108]: nesting deeper than 32 levels'],
+    "E109": ['specs/bad.yaml:5:7: error[E109]: number longer than 40 characters'],
+    "E200": ['specs/bad.yaml:1:8: error[E200]: kspec must be one of 1'],
+    "E201": ['specs/bad.yaml:3:1: error[E201]: unknown key `dco` at the top level', '  = help: did you mean `doc`?'],
+    "E202": ['specs/bad.yaml:1:1: error[E202]: the spec is missing required key `reference`'],
+    "E203": ['specs/bad.yaml:5:7: error[E203]: params.bs must be a number, a boolean, or a mapping with `default` (and optional `choices`, `doc`)'],
+    "E300": ['specs/bad.yaml:10:9: error[E300]: operator `Pow` is not allowed in an expression'],
+    "E301": ['specs/bad.yaml:10:8: error[E301]: grid: unknown name `bz`'],
+    "E302": ['specs/bad.yaml:12:38: error[E302]: an index_map needs exactly one `->`, as in `i, j -> (i, j)`'],
+    "E303": ['specs/bad.yaml:10:8: error[E303]: case `c`: grid: division by zero in `N // (bs - 8)`'],
+    "E400": ['specs/bad.yaml:6:3: error[E400]: param `x` has the same name as input `x`', '  = help: give each operand, dim, param and scratch buffer its own name'],
+    "E401": ['specs/bad.yaml:7:26: error[E401]: x: unknown dtype `float31`', '  = help: did you mean `float32`?'],
+    "E402": ['specs/bad.yaml:12:20: error[E402]: x: block_shape has 2 dims but x has rank 1', '  = help: give one entry per array dim; null squeezes a dim'],
+    "E403": ['specs/bad.yaml:12:37: error[E403]: x: index_map takes 2 grid indices but the grid has 1 axis', '  = help: write one name per grid axis, e.g. `i -> ...`'],
+    "E404": ['specs/bad.yaml:12:37: error[E404]: x: index_map returns 2 block indices but the block has 1 dim', '  = help: return one block index per dim of block_shape'],
+    "E405": ['specs/bad.yaml:14:3: error[E405]: block spec for unknown operand `z`'],
+    "E407": ['specs/bad.yaml:10:26: error[E407]: p: dtype refers to output `o`', '  = help: an operand can only share the dtype of an input that has a dtype of its own'],
+    "E408": ['specs/bad.yaml:9:15: error[E408]: o: `K` is not a dim bound by an input shape, nor a param', "  = help: use it alone as a dim of some input's shape, or declare it under params"],
+    "E409": ['specs/bad.yaml:22:3: error[E409]: unknown backend `cuda`', '  = help: backends: interpret, mosaic_gpu, mosaic_tpu, triton'],
+    "E500": ['specs/bad.yaml:19:5: error[E500]: case `c` does not bind dim `N`', '  = help: add `N: <int>`'],
+    "E501": ['specs/bad.yaml:21:5: error[E501]: case `c` (N=64): N must be a multiple of 128', '  = help: constraint at line 19'],
+    "E502": ['specs/bad.yaml:13:37: error[E502]: case `c`: o.index_map at grid point (7,) gives block index (8,); dim 0 is 8, valid 0..7', '  = help: o dim 0 has 64 elements in blocks of 8'],
+    "E503": ['specs/bad.yaml:13:3: error[E503]: case `c`: output o is not fully written: block (7,) (elements [56:64]) is never visited by the grid', '  = help: make the grid and index_map reach every block of the output'],
+    "E504": ['specs/bad.yaml:19:5: error[E504]: case `c`: no input takes dtype int32'],
+    "E505": ['specs/bad.yaml:10:8: error[E505]: case `c`: grid axis 0 has size 0'],
+    "E506": ['specs/bad.yaml:9:3: error[E506]: case `c`: o has shape (0,)', '  = help: every dim must be at least 1'],
+    "E600": ['specs/bad.yaml:15:28: error[E600]: body: invalid syntax'],
+    "E601": ['specs/bad.yaml:15:3: error[E601]: body: import of `torch`', '  = help: generated modules may import only jax, numpy and the standard library'],
+    "E701": ['specs/bad.yaml:12:3: error[E701]: case `c` (mosaic_tpu): x block dim 0 is 8; on TPU the last block dim must be divisible by 128 for float32 or equal the array dim (64)', '  = help: use a multiple of 128 (e.g. 128) or the full dim'],
+    "E702": ['specs/bad.yaml:26:7: error[E702]: case `c` (mosaic_tpu): output o is written by several steps of parallel grid axis 1 (grid points (0, 0) and (0, 1) write the same block)', "  = help: mark grid axis 1 `arbitrary` in dimension_semantics, or index o's blocks by it"],
+    "E703": ['specs/bad.yaml:21:3: error[E703]: case `c` (mosaic_tpu): VMEM estimate 1.0 KiB (blocks x 2 buffers 1.0 KiB + scratch) exceeds the limit of 512 bytes', '  = help: use smaller blocks, or raise compiler_params.vmem_limit_bytes'],
+    "E704": ['specs/bad.yaml:21:3: error[E704]: mosaic_tpu: dimension_semantics has 2 entries but the kernel has 1 grid axis', '  = help: give one entry per grid axis'],
+    "E711": ['specs/bad.yaml:12:3: error[E711]: case `c` (triton): x block dim 0 is 12; Triton block dims must be powers of two', '  = help: use 16 (padding covers the ragged edge) or 8', 'specs/bad.yaml:13:3: error[E711]: case `c` (triton): o block dim 0 is 12; Triton block dims must be powers of two', '  = help: use 16 (padding covers the ragged edge) or 8'],
+    "E712": ['specs/bad.yaml:12:3: error[E712]: case `c` (triton): x is a dot operand with block (8,); Triton dots need every dim >= 16', '  = help: make each block dim of x at least 16'],
+    "E721": ['specs/bad.yaml:21:3: error[E721]: case `c` (mosaic_gpu): shared memory estimate 258 KiB (blocks x 1 steps 0 KiB + scratch) exceeds 227 KiB per block on Hopper', '  = help: use smaller blocks or fewer max_concurrent_steps'],
+    "E722": ['specs/bad.yaml:12:3: error[E722]: case `c` (mosaic_gpu): x block (512,) is too large for TMA, which copies at most 256 elements along each dim', '  = help: use smaller blocks and cover the rest with the grid', 'specs/bad.yaml:13:3: error[E722]: case `c` (mosaic_gpu): o block (512,) is too large for TMA, which copies at most 256 elements along each dim', '  = help: use smaller blocks and cover the rest with the grid'],
+}
+
+
+def test_every_code_has_a_case():
+    assert sorted(SPECS) == sorted(CODES), "give every code in CODES a bad spec in SPECS"
+    assert sorted(EXPECTED) == sorted(CODES), "pin every code's text in EXPECTED"
+
+
+@pytest.mark.parametrize("code", sorted(CODES))
+def test_diagnostic_text(code, kspec, write_spec, tmp_path):
+    content = SPECS[code]
+    if content is None:
+        (tmp_path / "specs").mkdir()
+    else:
+        write_spec(content, "bad")
+    r = kspec("check", "specs/bad.yaml")
+    headers = [line for line in EXPECTED[code] if not line.startswith("  = help: ")]
+    assert any(f": error[{code}]: " in h for h in headers), "the case must produce its own code"
+    assert r.out.splitlines() == EXPECTED[code] + [f"{len(headers)} error(s) in 1 of 1 spec(s)"]
+    assert r.err == ""
+    assert r.rc == 2
+    assert not (tmp_path / "generated").exists()
+
+
+def test_valid_spec_is_valid(kspec, write_spec):
+    write_spec(VALID_SPEC)
+    r = kspec("check", "specs/tiny.yaml")
+    assert (r.rc, r.out, r.err) == (0, "1 spec(s) OK\n", "")
+
+
+def test_every_error_of_a_file_in_one_run(kspec, write_spec):
+    """Three independent schema errors: all three reported, in file order."""
+    write_spec(
+        mutate(
+            VALID_SPEC,
+            ("doc: Doubles", "dco: Doubles"),
+            ("  bs: 8", "  bs: eight"),
+            ("reference: |\n  return x * 2\n", ""),
+        ),
+        "bad",
+    )
+    r = kspec("check", "specs/bad.yaml")
+    assert r.rc == 2
+    assert r.out.splitlines() == [
+        "specs/bad.yaml:1:1: error[E202]: the spec is missing required key `reference`",
+        "specs/bad.yaml:3:1: error[E201]: unknown key `dco` at the top level",
+        "  = help: did you mean `doc`?",
+        "specs/bad.yaml:5:7: error[E203]: params.bs must be a number, a boolean, or a mapping with "
+        "`default` (and optional `choices`, `doc`)",
+        "3 error(s) in 1 of 1 spec(s)",
+    ]
+
+
+def test_every_expression_error_in_one_run(kspec, write_spec):
+    """Errors found while building the model and checking it are reported together too."""
+    write_spec(
+        mutate(
+            VALID_SPEC,
+            ('grid: ["cdiv(N, bs)"]', 'grid: ["N ** 2"]'),
+            ('x: {block_shape: [bs], index_map: "i -> (i,)"}', 'x: {block_shape: [bs], index_map: "i (i,)"}'),
+            ('o: {block_shape: [bs], index_map: "i -> (i,)"}', 'o: {block_shape: ["bs +"], index_map: "i -> (i,)"}'),
+        ),
+        "bad",
+    )
+    r = kspec("check", "specs/bad.yaml")
+    assert r.rc == 2
+    assert r.out.splitlines() == [
+        "specs/bad.yaml:10:9: error[E300]: operator `Pow` is not allowed in an expression",
+        "specs/bad.yaml:12:38: error[E302]: an index_map needs exactly one `->`, as in `i, j -> (i, j)`",
+        "specs/bad.yaml:13:22: error[E300]: invalid expression: invalid syntax",
+        "3 error(s) in 1 of 1 spec(s)",
+    ]
+
+
+def test_errors_in_several_files_are_all_reported(kspec, write_spec):
+    write_spec(SPECS["E401"], "a")
+    write_spec(SPECS["E201"], "b")
+    write_spec(VALID_SPEC, "c")
+    r = kspec("check")
+    assert r.rc == 2
+    assert "specs/a.yaml:7:26: error[E401]:" in r.out
+    assert "specs/b.yaml:3:1: error[E201]:" in r.out
+    assert r.out.splitlines()[-1] == "2 error(s) in 2 of 3 spec(s)"
+
+
+def test_terminal_format_quotes_the_line_with_a_caret():
+    d = Diagnostic("E401", "x: unknown dtype `float31`", Location("specs/bad.yaml", 2, 7), "did you mean `float32`?")
+    lines = ["inputs:", "  x: {float31}"]
+    assert d.format(lines) == (
+        "specs/bad.yaml:2:7: error[E401]: x: unknown dtype `float31`\n"
+        "   2 |   x: {float31}\n"
+        "             ^\n"
+        "  = help: did you mean `float32`?"
+    )
+    assert d.format() == (
+        "specs/bad.yaml:2:7: error[E401]: x: unknown dtype `float31`\n  = help: did you mean `float32`?"
+    )
+
+
+def test_unregistered_code_is_refused():
+    with pytest.raises(ValueError, match="E999"):
+        Diagnostic("E999", "nope", Location("x"))
+
+
+def test_schema_backends_are_the_backends_table():
+    """One table of backends: the schema's `backends` keys must be exactly BACKENDS."""
+    assert sorted(schema()["$defs"]["backends"]["properties"]) == sorted(BACKENDS)
+    assert json.loads(json.dumps(schema()))  # plain JSON
