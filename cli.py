@@ -237,6 +237,121 @@ def bench(
     raise typer.Exit(1 if counts["fail"] or counts["error"] else 0)
 
 
+@app.command()
+def tune(
+    paths: Optional[List[Path]] = PathsArg,
+    backend: Optional[List[str]] = typer.Option(None, "--backend", "-b", help="Only these backends (repeatable)."),
+    case: Optional[List[str]] = typer.Option(None, "--case", help="Only bench cases with these names (repeatable)."),
+    strategy: str = typer.Option("exhaustive", "--strategy", help="exhaustive or random."),
+    budget_trials: Optional[int] = typer.Option(None, "--budget-trials", min=1, help="Most configs to try per case."),
+    budget_seconds: Optional[float] = typer.Option(None, "--budget-seconds", min=1, help="Stop starting new cases after this long."),
+    samples: int = typer.Option(10, "--samples", min=3, help="Timed samples per config."),
+    seed: Optional[int] = typer.Option(None, "--seed", help="Seed for inputs and the random strategy."),
+    tuning_dir: Optional[Path] = typer.Option(None, "--tuning-dir", help="Where results go (default: tuning/ beside generated/)."),
+    timeout: float = typer.Option(1800.0, "--timeout", help="Seconds allowed per config batch."),
+) -> None:
+    """Search each spec's param choices for the fastest correct config; results go to tuning/."""
+    import time
+
+    from codegen import checks
+    from codegen import tune as tn
+    from codegen import tuning as tg
+    from codegen import verify as v
+    from codegen.backends import BACKENDS
+    from codegen.verify import Task
+
+    if strategy not in ("exhaustive", "random"):
+        typer.echo("error: --strategy must be exhaustive or random", err=True)
+        raise typer.Exit(2)
+    results, session, seed = _start_run(paths, backend, seed, timeout)
+    info = session.info
+    started = time.monotonic()
+    failed = False
+    try:
+        for r in results:
+            spec = r.spec
+            out_root = pipeline.out_root_for(r.path)
+            store = tg.Store(tuning_dir or tg.tuning_dir(out_root), spec.name, info["device"])
+            done = store.done()
+            suite, chosen = ("bench", spec.bench) if spec.bench else ("cases", spec.cases)
+            for name, variant in spec.variants.items():
+                runnable = info["platform"] in BACKENDS[name].platforms
+                if (backend and name not in backend) or not runnable or not any(p.choices for p in variant.params):
+                    continue
+                for i, c in enumerate(chosen):
+                    if case and c.name not in case:
+                        continue
+                    for assign in checks.dtype_assignments(spec, c):
+                        if not variant.supports(assign):
+                            continue
+                        if budget_seconds and time.monotonic() - started > budget_seconds:
+                            typer.echo("time budget spent: stopping")
+                            raise typer.Exit(1 if failed else 0)
+                        failed |= _tune_case(session, store, done, spec, variant, i, c, assign, suite,
+                                             out_root, info, strategy, budget_trials, samples, seed)
+    finally:
+        session.close()
+    raise typer.Exit(1 if failed else 0)
+
+
+def _tune_case(session, store, done, spec, variant, index, case, assign, suite, out_root, info,
+               strategy, budget, samples, seed) -> bool:
+    """Tune one backend x case x dtype; append every trial to the store. True if nothing passed."""
+    from codegen import tune as tn
+    from codegen import tuning as tg
+    from codegen.verify import Task
+
+    label = ",".join(dict.fromkeys(assign[o.name] for o in spec.inputs))
+    dims = tuple(case.dims[d] for d in spec.dims)
+    base = {"backend": variant.backend, "bucket": list(tg.bucket(dims)), "dtype": label,
+            "jax_version": info["jax_version"], "kernel_sha": spec.kernel_sha, "case": case.name}
+    kept, pruned = tn.prune(spec, variant, case, assign, tn.space(variant))
+    for cfg, why in pruned:
+        entry = dict(base, params=cfg, status="pruned", ms=None, message=why)
+        if tg.key(entry) not in done:
+            store.append(entry)
+    todo = [cfg for cfg in tn.choose(kept, strategy=strategy, budget=budget, seed=seed)
+            if tg.key(dict(base, params=cfg)) not in done]
+    typer.echo(f"{spec.name}[{variant.backend}] {case.name} {label}: {len(kept) + len(pruned)} configs, "
+               f"{len(pruned)} pruned statically, {len(todo)} to try")
+    if todo:
+        task = Task(str(spec.path), spec.name, variant.backend, case.name, index, tuple(assign.items()), label,
+                    seed, "tune", str(out_root), suite=suite, samples=samples,
+                    configs=tuple(tuple(sorted(c.items())) for c in todo))
+        for row in _stream_with_progress(session, task, len(todo)):
+            entry = dict(base, params=row.get("params", {}), status=row["status"], ms=row.get("ms"),
+                         message=row["message"].splitlines()[0] if row["message"] else "")
+            store.append(entry)
+            if row["status"] != "pass":
+                typer.echo(f"  rejected {entry['params']}: {row['status']}: {entry['message']}")
+    current = [e for e in store.entries if e["backend"] == variant.backend and e["dtype"] == label
+               and e["bucket"] == base["bucket"] and e["kernel_sha"] == spec.kernel_sha and e["status"] == "pass"]
+    if not current:
+        typer.echo("  no config passed")
+        return True
+    fastest = min(current, key=lambda e: e["ms"])
+    default = next((e for e in current if all(e["params"].get(k) == p.default for k, p in
+                                              ((p.name, p) for p in variant.params if p.choices))), None)
+    versus = f", {default['ms'] / fastest['ms']:.2f}x the default's {default['ms']:.3f} ms" if default else ""
+    typer.echo(f"  best {fastest['params']}: {fastest['ms']:.3f} ms{versus} -> {store.path}")
+    return False
+
+
+def _stream_with_progress(session, task, total: int):
+    if sys.stderr.isatty():
+        from rich.progress import Progress
+
+        with Progress(transient=True) as progress:
+            bar = progress.add_task(f"tuning {task.label}", total=total)
+            for row in session.stream(task):
+                progress.advance(bar)
+                yield row
+        return
+    for i, row in enumerate(session.stream(task), 1):
+        typer.echo(f"[{i}/{total}] {row['status']:5} {row.get('params')}", err=True)
+        yield row
+
+
 def _start_run(paths, backends, seed, timeout):
     """Shared start of verify/bench/tune: check specs and drift, start a worker, print the seed."""
     import secrets

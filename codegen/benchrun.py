@@ -125,3 +125,34 @@ def measure_ceilings() -> dict:
     copy_s = timing.stats(times["copy"])["median_ms"] / 1e3
     mm_s = timing.stats(times["matmul"])["median_ms"] / 1e3
     return {"bandwidth_gbs": 2 * n * 4 / copy_s / 1e9, "tflops_bf16": 2 * m**3 / mm_s / 1e12}
+
+
+def tune(task, prep, check_outputs, describe):
+    """Compile every config of a tune task in parallel threads, then verify and time each."""
+    import concurrent.futures
+    import dataclasses
+
+    import jax
+
+    configs = [dict(c) for c in task.configs]
+
+    def build(cfg):
+        fn = functools.partial(prep.fn, **dict(prep.params, **cfg))
+        return _compile(fn, prep.inputs)
+
+    with concurrent.futures.ThreadPoolExecutor(max_workers=4) as pool:
+        futures = [pool.submit(build, cfg) for cfg in configs]
+        for cfg, future in zip(configs, futures):
+            row = result(task, "error")
+            row["params"] = cfg
+            try:
+                compiled, compile_s = future.result()
+                outs = jax.block_until_ready(compiled(*prep.inputs))
+                verdict = check_outputs(task, dataclasses.replace(prep, params=dict(prep.params, **cfg)), outs, 0.0)
+                row.update(verdict, params=cfg, compile_s=compile_s)
+                if verdict["status"] == "pass":
+                    times = timing.sample({"kernel": lambda: compiled(*prep.inputs)}, samples=task.samples)
+                    row["ms"] = timing.stats(times["kernel"])["median_ms"]
+            except Exception as e:  # noqa: BLE001 - a config that fails to compile or run is rejected
+                row["message"] = describe(e)
+            yield row

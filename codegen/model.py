@@ -10,6 +10,7 @@ import dataclasses
 import hashlib
 from typing import Any, Mapping
 
+from . import tuning
 from .backends import DEFAULT_BACKENDS
 from .diagnostics import Diagnostic, Location, SpecError
 from .expr import Expr, ExprError, IndexMap, parse_expr, parse_index_map
@@ -154,6 +155,7 @@ class KernelSpec:
     loc: Location
     bench: tuple = ()  # of Case: large shapes for bench and tune
     cost: Cost | None = None
+    kernel_sha: str = ""  # hash of what decides the generated code (see tuning.kernel_sha)
 
     @property
     def operands(self) -> tuple:
@@ -387,6 +389,7 @@ def build(doc: Document) -> KernelSpec:
         variants=variants,
         loc=doc.loc(()),
         bench=b.cases(data.get("bench"), "bench"),
+        kernel_sha=tuning.kernel_sha(data),
         cost=b.cost(data.get("cost_estimate")),
     )
     if b.errors:

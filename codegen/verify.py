@@ -36,6 +36,7 @@ class Task:
     params: tuple = ()  # ((param, value), ...) overriding the case's params (tune)
     samples: int = 0  # bench: timed samples
     ceilings: tuple = ()  # bench: measured (bandwidth GB/s, bf16 TFLOP/s) to use as the roofline
+    configs: tuple = ()  # tune: the configs to compile, verify and time, each ((param, value), ...)
 
     @property
     def label(self) -> str:
@@ -159,6 +160,27 @@ class Session:
             why = _exit_reason(self._proc.exitcode)
             self._kill()
             return result(task, "error", f"worker died: {why}", seconds=round(time.monotonic() - start, 3))
+
+    def stream(self, task: Task):
+        """Send a task that answers with several messages; yield them until its "done"."""
+        if self._proc is None or not self._proc.is_alive():
+            self._start()
+        try:
+            self._conn.send(task)
+            while True:
+                if not self._conn.poll(self.timeout):
+                    self._kill()
+                    yield result(task, "error", f"timed out after {self.timeout:g} s")
+                    return
+                message = self._conn.recv()
+                if message.get("done"):
+                    return
+                yield message
+        except (EOFError, OSError):
+            self._proc.join(5)
+            why = _exit_reason(self._proc.exitcode)
+            self._kill()
+            yield result(task, "error", f"worker died: {why}")
 
     def _kill(self) -> None:
         if self._proc is not None and self._proc.is_alive():

@@ -51,7 +51,12 @@ def main(conn, env: dict) -> None:
             return
         if task is None:
             return
-        conn.send(run_task(task))
+        if task.mode == "tune":
+            for message in tune_task(task):
+                conn.send(message)
+            conn.send({"done": True})
+        else:
+            conn.send(run_task(task))
 
 
 def rng_for(task: Task, operand: str) -> np.random.Generator:
@@ -126,6 +131,18 @@ def run_task(task: Task) -> dict:
     except Exception as e:  # noqa: BLE001 - a crashing kernel fails its own case only
         _reset_tpu_interpret()
         return result(task, "error", _first_lines(e), seconds=round(time.monotonic() - start, 3))
+
+
+def tune_task(task: Task):
+    """Yield one result per config of a tune task (errors included)."""
+    try:
+        prep = _prepare(task)
+    except Exception as e:  # noqa: BLE001
+        yield result(task, "error", _first_lines(e))
+        return
+    from .benchrun import tune
+
+    yield from tune(task, prep, check_outputs, _first_lines)
 
 
 def _reset_tpu_interpret() -> None:
