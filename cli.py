@@ -291,6 +291,7 @@ def tune(
                                              out_root, info, strategy, budget_trials, samples, seed)
     finally:
         session.close()
+    typer.echo("run `kspec generate` to embed the tuned configs in generated/")
     raise typer.Exit(1 if failed else 0)
 
 
@@ -430,11 +431,19 @@ def _shown(path: Path) -> str:
 
 def run() -> None:
     """Console-script entry point."""
+    import os
+
     try:
         app()
     except KeyboardInterrupt:
         typer.echo("interrupted", err=True)
         sys.exit(130)
+    except Exception as e:  # a bug in kspec itself: say so plainly, traceback on request
+        if os.environ.get("KSPEC_DEBUG"):
+            raise
+        typer.echo(f"kspec internal error: {type(e).__name__}: {e}", err=True)
+        typer.echo("this is a bug in kspec; rerun with KSPEC_DEBUG=1 for the traceback and report it", err=True)
+        sys.exit(3)
 
 
 if __name__ == "__main__":

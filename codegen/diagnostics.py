@@ -12,7 +12,7 @@ from typing import Iterable
 
 # code -> one-line title. Grouped by pipeline stage: E1xx loading, E2xx schema,
 # E3xx expressions, E4xx structure, E5xx per-case checks, E6xx Python code,
-# E7xx backend hardware rules, E8xx sharding.
+# E7xx backend hardware rules, E8xx sharding; W9xx warnings.
 CODES: dict[str, str] = {
     "E100": "cannot read the spec file",
     "E101": "malformed YAML",
@@ -58,6 +58,7 @@ CODES: dict[str, str] = {
     "E712": "Triton dot operand dim below 16",
     "E721": "Mosaic GPU shared-memory budget exceeded",
     "E722": "Mosaic GPU block dim above the TMA limit of 256",
+    "W900": "stale tuning entries",
 }
 
 

@@ -6,7 +6,7 @@ import dataclasses
 import os
 from pathlib import Path
 
-from . import checks, loader, model, render, schema, writer
+from . import checks, loader, model, render, schema, tuning, writer
 from .diagnostics import Diagnostic, Location, SpecError
 
 
@@ -32,12 +32,34 @@ def compile_spec(path: Path) -> Compiled:
         doc = loader.load_text(text, str(path))
         schema.validate(doc)
         spec = model.build(doc)
-        return Compiled(path, text, spec, checks.check(spec))
+        return Compiled(path, text, spec, checks.check(spec) + stale_tuning(spec, path))
     except SpecError as e:
         return Compiled(path, text, None, e.diagnostics)
     except (RecursionError, MemoryError) as e:
         diag = Diagnostic("E100", f"spec too complex to process ({type(e).__name__})", Location(str(path)))
         return Compiled(path, text, None, [diag])
+
+
+def stale_tuning(spec: model.KernelSpec, path: Path) -> list:
+    """Warnings for tuning entries recorded against another version of the kernel."""
+    out = []
+    root = tuning.tuning_dir(out_root_for(path))
+    for device_kind, entries in tuning.tables(root, spec.name).items():
+        old = tuning.stale(entries, spec.kernel_sha)
+        if old:
+            where = root / spec.name / tuning.file_name(device_kind)
+            shown = os.path.relpath(where) if not os.path.relpath(where).startswith("..") else str(where)
+            out.append(
+                Diagnostic(
+                    "W900",
+                    f"{len(old)} of {len(entries)} tuning entries for {device_kind} were recorded for another "
+                    "version of the kernel and are ignored",
+                    Location(shown),
+                    f"rerun `kspec tune {path}` on that device, or delete the stale entries",
+                    severity="warning",
+                )
+            )
+    return out
 
 
 def discover(paths: list, root: Path | None = None) -> list:
@@ -63,7 +85,7 @@ def plan(compiled: Compiled, out_root: Path) -> tuple:
     spec = compiled.spec
     shown = Path(os.path.relpath(compiled.path.resolve(), out_root.resolve().parent)).as_posix()
     kernel_dir = out_root / spec.name
-    files = render.render(spec, shown)
+    files = render.render(spec, shown, tuning.tables(tuning.tuning_dir(out_root), spec.name))
     planned = {kernel_dir / name: writer.with_banner(text, shown, spec.sha256) for name, text in files.items()}
     return kernel_dir, planned
 

@@ -131,8 +131,9 @@ class _Context:
             {"name": p.name, "default": repr(p.default), "doc": p.doc} for p in variant.params
         ]
 
-    def signature_of(self, variant: Variant, extra: tuple = ()) -> str:
-        kwargs = [f"{p.name}={p.default!r}" for p in variant.params] + list(extra)
+    def signature_of(self, variant: Variant, extra: tuple = (), tuned: bool = False) -> str:
+        """`x, y, *, bm=..., ...`; with `tuned`, tunable params default to None (resolved per call)."""
+        kwargs = [f"{p.name}={None if tuned and p.choices else p.default!r}" for p in variant.params] + list(extra)
         return ", ".join(self.inputs + (["*"] + kwargs if kwargs else []))
 
     def reference(self) -> dict:
@@ -163,7 +164,10 @@ class _Context:
             kernel_refs=refs,
             kernel_kwargs=kwargs,
             params=self.params(variant),
-            signature=self.signature_of(variant, ("interpret=False",) if backend.interpret == "interpret" else ()),
+            signature=self.signature_of(
+                variant, ("interpret=False",) if backend.interpret == "interpret" else (), tuned=True
+            ),
+            tunable=[p.name for p in variant.params if p.choices],
             static_argnames=_tuple(f'"{s}"' for s in static),
             input_docs=input_docs,
             out_shape=out_shapes[0] if len(out_shapes) == 1 else "[" + ", ".join(out_shapes) + "]",
@@ -236,6 +240,26 @@ class _Context:
             args.append(f"{key}={value_src}")
         return f"{cls}({', '.join(args)})"
 
+    def tuning(self, tuned: dict) -> dict:
+        from . import tuning
+
+        table = []
+        for device_kind, entries in sorted(tuned.items()):
+            for (backend, dtype, bucket), params in tuning.best(entries, self.spec.kernel_sha).items():
+                if backend in self.spec.variants:
+                    table.append((repr((device_kind, backend, dtype, bucket)), repr(params)))
+        defaults = [
+            (repr(b), repr({p.name: p.default for p in v.params if p.choices})) for b, v in self.spec.variants.items()
+        ]
+        constraint_params = sorted(
+            set().union(*(c.expr.names for c in self.spec.constraints)) - set(self.spec.dims)
+        ) if self.spec.constraints else []
+        constraints = " and ".join(f"({c.expr.render()})" for c in self.spec.constraints) or "True"
+        return dict(
+            self.common(), table=table, defaults=defaults, constraint_params=constraint_params,
+            constraints=constraints,
+        )
+
     def package(self, spec_path: str) -> dict:
         spec = self.spec
         backends = list(spec.variants)
@@ -258,11 +282,15 @@ class _Context:
         )
 
 
-def render(spec: KernelSpec, spec_path: str) -> dict:
-    """{relative file name: content} for generated/<name>/. Content has no banner."""
+def render(spec: KernelSpec, spec_path: str, tuned: dict | None = None) -> dict:
+    """{relative file name: content} for generated/<name>/. Content has no banner.
+
+    `tuned`: {device_kind: [tuning entries]} from tuning/<name>/ (see codegen.tuning).
+    """
     ctx = _Context(spec)
     env = _env()
     files = {
+        "_tuning.py": env.get_template("tuning.py.j2").render(ctx.tuning(tuned or {})),
         "__init__.py": env.get_template("package.py.j2").render(ctx.package(spec_path)),
         "_signature.py": env.get_template("signature.py.j2").render(ctx.signature()),
         "reference.py": env.get_template("reference.py.j2").render(ctx.reference()),

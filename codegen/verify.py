@@ -112,11 +112,14 @@ def _dtype_reason(variant, assign: dict) -> str | None:
 
 
 def stale(compiled: list) -> list:
-    """(path, reason) for generated files that do not match their spec."""
+    """(path, reason) for generated files that do not match their spec.
+
+    _tuning.py is left out: runs pass every param explicitly, and `kspec tune`
+    itself outdates it until the next `kspec generate`."""
     out = []
     for c in compiled:
         kernel_dir, planned = pipeline.plan(c, pipeline.out_root_for(c.path))
-        out += writer.compare(planned, kernel_dir)
+        out += [(p, why) for p, why in writer.compare(planned, kernel_dir) if p.name != "_tuning.py"]
     return out
 
 
