@@ -19,6 +19,8 @@ class Backend:
     imports: tuple = ()
     # the `interpret=` argument to pallas_call ("interpret" means: the function's own arg)
     interpret: str = "False"
+    # the template in templates/ that renders its module (kernel.py.j2: a pallas_call)
+    template: str = "kernel.py.j2"
 
 
 BACKENDS: dict = {
@@ -49,6 +51,8 @@ BACKENDS: dict = {
             lowering_platform="cuda",
             compiler_params_class="plgpu.CompilerParams",
             imports=("from jax.experimental.pallas import mosaic_gpu as plgpu",),
+            # plgpu.kernel + plgpu.emit_pipeline: pallas_call no longer lowers for Mosaic GPU in jax 0.11
+            template="mosaic_gpu.py.j2",
         ),
         Backend(
             "mosaic_tpu",

@@ -126,6 +126,8 @@ def _names(spec: KernelSpec) -> list:
     for dim in spec.dims:
         op = next(o for o in spec.inputs if any(e.source == dim for e in o.shape))
         claim(dim, "dim", op.loc)
+    for axis in (a for v in spec.variants.values() for a in v.grid if a.name):
+        claim(axis.name, "grid axis", axis.loc)  # the body receives it as a keyword argument
     return out
 
 

@@ -212,11 +212,11 @@ class NotEvaluable(Exception):
 
 def _eval(node: ast.AST, env: Mapping[str, Any]) -> Any:
     if isinstance(node, ast.Constant):
-        return node.value
+        return _bounded(node.value, node)
     if isinstance(node, ast.Name):
         if node.id not in env:
             raise ExprError("E301", f"unknown name `{node.id}`", node.col_offset)
-        return env[node.id]
+        return _bounded(env[node.id], node)  # a param may hold any int YAML can spell
     if isinstance(node, ast.BinOp):
         left, right = _eval(node.left, env), _eval(node.right, env)
         fn, sym = _BINOPS[type(node.op)]

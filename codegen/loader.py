@@ -3,8 +3,8 @@
 Only PyYAML's safe composer is used, and we build the Python values ourselves from
 the node graph, so no constructor that could run code is ever reached. Anchors,
 aliases and non-core tags are refused outright (alias-expansion bombs cannot
-happen), duplicate keys are errors, and file size, nesting depth and scalar length
-are bounded so that hostile input fails fast.
+happen), duplicate keys are errors, and file size, node count, nesting depth and
+scalar length are bounded so that hostile input fails fast.
 """
 
 from __future__ import annotations
@@ -20,11 +20,15 @@ from .diagnostics import Diagnostic, Location, SpecError
 
 MAX_FILE_BYTES = 1 << 20  # 1 MiB: a spec is a page of text, not a data set
 MAX_DEPTH = 32
+MAX_NODES = 10_000  # the largest shipped spec has 400; parsing is pure Python, so this bounds time
 MAX_NUMBER_CHARS = 40
 MAX_STRING_CHARS = 64 * 1024
 
 _CORE = "tag:yaml.org,2002:"
 _SCALAR_TAGS = {"str", "int", "float", "bool", "null", "timestamp"}
+# Line breaks to YAML (and str.splitlines) but not to editors, grep or git: raw in a
+# file they would make every reported line number after them disagree with the editor's.
+_HIDDEN_BREAKS = re.compile("[\x85\u2028\u2029]")
 # YAML 1.1 reads `1e-5` (no dot) as a string; a spec author means a number.
 _EXPONENT_FLOAT = re.compile(r"^[-+]?(\d+\.?\d*|\.\d+)[eE][-+]?\d+$")
 
@@ -99,6 +103,7 @@ class _Composer(yaml.SafeLoader):
     def __init__(self, stream):
         super().__init__(stream)
         self._depth = 0
+        self._nodes = 0
 
     def compose_node(self, parent, index):
         event = self.peek_event()
@@ -115,6 +120,12 @@ class _Composer(yaml.SafeLoader):
                 f"anchor `&{event.anchor}` is not allowed",
                 event.start_mark,
                 "write the value out in full; kspec specs do not use anchors or aliases",
+            )
+        self._nodes += 1
+        if self._nodes > MAX_NODES:
+            raise _LoadError(
+                "E105", f"spec has more than {MAX_NODES} YAML values", event.start_mark,
+                "a spec is a page of declarations, not a data set",
             )
         self._depth += 1
         try:
@@ -245,6 +256,19 @@ class _Builder:
 
 def load_text(text: str, path: str) -> Document:
     """Parse spec text. Raises SpecError with located diagnostics."""
+    hidden = _HIDDEN_BREAKS.search(text)
+    if hidden:
+        raise SpecError(
+            [
+                Diagnostic(
+                    "E107",
+                    f"character U+{ord(hidden.group()):04X} is not allowed in a spec",
+                    _offset_to_loc(path, text, hidden.start()),
+                    "YAML reads it as a line break and editors do not; in a double-quoted string, "
+                    f"write it as the escape \\u{ord(hidden.group()):04x}",
+                )
+            ]
+        )
     loader = None
     try:
         loader = _Composer(text)  # its reader rejects non-printable characters (NUL...) here

@@ -74,8 +74,11 @@ class Block:
 
 @dataclasses.dataclass(frozen=True)
 class GridAxis:
+    """One grid axis. A named axis's index reaches the kernel body as a keyword argument."""
+
     name: str | None
     size: Expr
+    loc: Location | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -122,6 +125,11 @@ class Variant:
     def supports(self, assignment: Mapping[str, str]) -> bool:
         """Whether this backend takes a case's dtype assignment."""
         return all(assignment.get(name) in allowed for name, allowed in self.dtypes.items())
+
+    @property
+    def grid_names(self) -> tuple:
+        """The names of the grid axes when the grid is a mapping; () when it is a list."""
+        return tuple(a.name for a in self.grid) if all(a.name for a in self.grid) else ()
 
     @property
     def param_defaults(self) -> dict:
@@ -250,7 +258,7 @@ class _Builder:
         if raw is None:
             return ()
         if isinstance(raw, dict):
-            return tuple(GridAxis(k, self.expr(v, at + (k,))) for k, v in raw.items())
+            return tuple(GridAxis(k, self.expr(v, at + (k,)), self.doc.key_loc(at + (k,))) for k, v in raw.items())
         return tuple(GridAxis(None, self.expr(v, at + (i,))) for i, v in enumerate(raw))
 
     def blocks(self, raw: Mapping, at: tuple) -> dict:

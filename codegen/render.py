@@ -71,6 +71,39 @@ def _gpu_layout(block) -> str:
     return ", ".join(kwargs)
 
 
+def _grid_indices(variant: Variant) -> dict:
+    """{name: axis} of the named grid axes the body mentions: the body receives these
+    indices as keyword arguments (a list grid has no names, so none)."""
+    try:
+        used = {n.id for n in ast.walk(ast.parse(variant.body.source)) if isinstance(n, ast.Name)}
+    except SyntaxError:  # checks reported it; render() only sees checked specs
+        used = set()
+    return {name: axis for axis, name in enumerate(variant.grid_names) if name in used}
+
+
+class _Rename(ast.NodeTransformer):
+    def __init__(self, names: dict):
+        self.names = names
+
+    def visit_Name(self, node: ast.Name) -> ast.Name:
+        return ast.Name(self.names.get(node.id, node.id), node.ctx)
+
+
+def _pipelined(imap, names: list, sequential: list) -> str:
+    """An index map as plgpu.emit_pipeline calls it, on the sequential grid indices only.
+
+    Its arguments are renamed to the grid's names, so the parallel indices resolve to
+    the kernel's, which the generated code binds under those names."""
+    rename = _Rename(dict(zip(imap.args, names)))
+    results = [ast.unparse(rename.visit(ast.parse(r.render(traced=True), mode="eval").body)) for r in imap.results]
+    body = ", ".join(results) + ("," if len(results) == 1 else "")
+    return _lambda([names[n] for n in sequential], f"({body})")
+
+
+def _lambda(args: list, body: str) -> str:
+    return f"lambda {', '.join(args)}: {body}" if args else f"lambda: {body}"
+
+
 class _Context:
     """Strings the templates need, computed once per spec."""
 
@@ -144,6 +177,7 @@ class _Context:
         spec = self.spec
         backend = BACKENDS[variant.backend]
         refs = [f"{o.name}_ref" for o in spec.operands] + [f"{s.name}_ref" for s in variant.scratch]
+        indices = _grid_indices(variant)
         kwargs = [p.name for p in variant.params] + list(spec.dims)
         static = [p.name for p in variant.params] + (["interpret"] if backend.interpret == "interpret" else [])
         out_shapes = [
@@ -157,11 +191,12 @@ class _Context:
             + (f". {o.doc.strip()}" if o.doc else "")
             for o in spec.inputs
         ]
-        return dict(
+        out = dict(
             self.common(),
             backend=backend,
             body=variant.body.source,
             kernel_refs=refs,
+            grid_indices=indices,  # {name: axis} of the named grid indices the body reads
             kernel_kwargs=kwargs,
             params=self.params(variant),
             signature=self.signature_of(
@@ -178,6 +213,32 @@ class _Context:
             compiler_params=self._compiler_params(variant),
             dtype_limits=[(name, _tuple(jnp_dtype(d) for d in allowed)) for name, allowed in variant.dtypes.items()],
             cost_estimate=self._cost(),
+        )
+        if backend.name == "mosaic_gpu":
+            out.update(self._pipeline(variant))  # its compiler_params lose the pipeline's fields
+        return out
+
+    def _pipeline(self, variant: Variant) -> dict:
+        """plgpu.kernel + plgpu.emit_pipeline: the parallel grid axes are the kernel's grid
+        (read with lax.axis_index), the sequential ones the pipeline's (its `indices`)."""
+        params = dict(variant.compiler_params)
+        semantics = params.pop("dimension_semantics", None) or ["parallel"] * len(variant.grid)
+        depth = params.pop("max_concurrent_steps", 1)
+        names = [a.name or f"_{n}" for n, a in enumerate(variant.grid)]
+        parallel = [n for n, s in enumerate(semantics) if s == "parallel"]
+        sequential = [n for n, s in enumerate(semantics) if s != "parallel"]
+        specs = {o.name: self._block(variant, o, (names, sequential)) for o in self.spec.operands}
+        return dict(
+            kernel_grid=_tuple(variant.grid[n].size.render() for n in parallel),
+            kernel_grid_names=_tuple(f'"{names[n]}"' for n in parallel),
+            operand_refs=[f"{o.name}_ref" for o in self.spec.operands],
+            parallel_indices=[names[n] for n in parallel],
+            pipeline_grid=_tuple(variant.grid[n].size.render() for n in sequential),
+            pipeline_indices=[names[n] for n in sequential],
+            pipeline_in_specs=[specs[o.name] for o in self.spec.inputs],
+            pipeline_out_specs=[specs[o.name] for o in self.spec.outputs],
+            max_concurrent_steps=depth,
+            compiler_params=self._params_call(variant.backend, params),
         )
 
     def _cost(self) -> str | None:
@@ -197,17 +258,24 @@ class _Context:
         trans = cost.transcendentals.render() if cost.transcendentals is not None else "0"
         return f"pl.CostEstimate(flops={flops}, transcendentals={trans}, bytes_accessed={nbytes})"
 
-    def _block(self, variant: Variant, op) -> str:
+    def _block(self, variant: Variant, op, pipeline: tuple | None = None) -> str:
+        """The operand's BlockSpec; with `pipeline` (grid names, sequential axes), as
+        plgpu.emit_pipeline takes it: its index map gets the sequential indices only."""
         block = variant.blocks.get(op.name)
-        grid_args = ", ".join(f"_{i}" for i in range(len(variant.grid)))
+        if pipeline is not None:
+            names, sequential = pipeline
+            grid_args = [names[n] for n in sequential]
+        else:
+            grid_args = [f"_{i}" for i in range(len(variant.grid))]
         if block is None:
             zeros = _tuple("0" for _ in op.shape)
-            return f"pl.BlockSpec({_tuple(e.render() for e in op.shape)}, lambda {grid_args}: {zeros})"
+            return f"pl.BlockSpec({_tuple(e.render() for e in op.shape)}, {_lambda(grid_args, zeros)})"
         shape = _tuple("pl.squeezed" if e is None else e.render() for e in block.block_shape)
+        index_map = block.index_map.render() if pipeline is None else _pipelined(block.index_map, *pipeline)
         layout = _gpu_layout(block)
         if layout:  # only mosaic_gpu blocks can have one (the schema sees to it)
-            return f"plgpu.BlockSpec({shape}, {block.index_map.render()}, {layout})"
-        return f"pl.BlockSpec({shape}, {block.index_map.render()})"
+            return f"plgpu.BlockSpec({shape}, {index_map}, {layout})"
+        return f"pl.BlockSpec({shape}, {index_map})"
 
     def _scratch(self, variant: Variant, s) -> str:
         shape = _tuple(e.render() for e in s.shape)
@@ -226,11 +294,14 @@ class _Context:
         return f"pltpu.{space}({shape}, {jnp_dtype(s.dtype)})"
 
     def _compiler_params(self, variant: Variant) -> str | None:
-        cls = BACKENDS[variant.backend].compiler_params_class
-        if cls is None or not variant.compiler_params:
+        return self._params_call(variant.backend, variant.compiler_params)
+
+    def _params_call(self, backend: str, params: dict) -> str | None:
+        cls = BACKENDS[backend].compiler_params_class
+        if cls is None or not params:
             return f"{cls}()" if cls else None
         args = []
-        for key, value in variant.compiler_params.items():
+        for key, value in params.items():
             if key == "lowering_semantics":
                 value_src = f"plgpu.LoweringSemantics.{value.capitalize()}"
             elif isinstance(value, list):
@@ -296,7 +367,7 @@ def render(spec: KernelSpec, spec_path: str, tuned: dict | None = None) -> dict:
         "reference.py": env.get_template("reference.py.j2").render(ctx.reference()),
     }
     for name, variant in spec.variants.items():
-        files[f"{name}.py"] = env.get_template("kernel.py.j2").render(ctx.kernel(variant))
+        files[f"{name}.py"] = env.get_template(BACKENDS[name].template).render(ctx.kernel(variant))
     for fname, text in files.items():
         ast.parse(text, filename=f"generated/{spec.name}/{fname}")  # a bug in kspec if this fails
     return files

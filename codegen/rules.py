@@ -73,17 +73,19 @@ def _mosaic_tpu(inst) -> list:
         shape, block, dtype = inst.shapes[op.name], inst.block_shapes[op.name], inst.dtypes[op.name]
         tiles = [tpu_sublane_tile(dtype), 128][-min(2, len(shape)) :]
         for d, tile in zip(range(len(shape) - len(tiles), len(shape)), tiles):
-            b = block[d]
-            if b is None or b == shape[d] or b % tile == 0:
+            b = 1 if block[d] is None else block[d]  # a squeezed dim is a block of 1 to Mosaic
+            if b == shape[d] or b % tile == 0:
                 continue
             which = "last" if d == len(shape) - 1 else "second-to-last"
+            shown = "squeezed (1)" if block[d] is None else b
             out.append(
                 Diagnostic(
                     "E701",
-                    f"{_where(inst)}: {op.name} block dim {d} is {b}; on TPU the {which} block dim must be "
+                    f"{_where(inst)}: {op.name} block dim {d} is {shown}; on TPU the {which} block dim must be "
                     f"divisible by {tile} for {dtype} or equal the array dim ({shape[d]})",
                     _loc(inst, op.name),
-                    f"use a multiple of {tile} (e.g. {max(tile, b // tile * tile)}) or the full dim",
+                    f"use a multiple of {tile} (e.g. {max(tile, b // tile * tile)}) or the full dim"
+                    + ("; squeeze a leading dim instead" if block[d] is None else ""),
                 )
             )
     out += _tpu_parallel_revisits(inst)

@@ -10,11 +10,23 @@ import functools
 import json
 import re
 from pathlib import Path
+from typing import Iterable
 
 from .diagnostics import Diagnostic, SpecError, did_you_mean
 from .loader import Document
 
 SCHEMA_PATH = Path(__file__).resolve().parent.parent / "schema" / "kspec.schema.json"
+# A hostile file can hold thousands of errors (one per unknown key); the first
+# hundred say enough, and stopping there keeps the check fast.
+MAX_DIAGNOSTICS = 100
+_SIZE_LIMITS = {
+    "maxItems": ("at most", "items"),
+    "minItems": ("at least", "items"),
+    "maxProperties": ("at most", "entries"),
+    "minProperties": ("at least", "entries"),
+    "maxLength": ("at most", "characters"),
+    "minLength": ("at least", "characters"),
+}
 
 
 @functools.lru_cache(maxsize=1)
@@ -40,7 +52,7 @@ def _resolve(subschema: dict) -> dict:
     return subschema
 
 
-def _diagnostics(error, doc: Document) -> list[Diagnostic]:
+def _diagnostics(error, doc: Document) -> Iterable[Diagnostic]:
     path = tuple(error.absolute_path)
     where = _shown(path)
     kind = error.validator
@@ -53,7 +65,7 @@ def _diagnostics(error, doc: Document) -> list[Diagnostic]:
             extra = [k for k in extra if not any(re.match(p, k) for p in pattern)]
         scope = f"in {where}" if path else "at the top level"
         backends = path == ("backends",)  # the schema's backend keys are the backends table
-        return [
+        return (  # lazily: validate() stops after MAX_DIAGNOSTICS
             Diagnostic(
                 "E409" if backends else "E201",
                 f"unknown backend `{key}`" if backends else f"unknown key `{key}` {scope}",
@@ -62,7 +74,7 @@ def _diagnostics(error, doc: Document) -> list[Diagnostic]:
                 or f"{'backends' if backends else 'allowed keys'}: {', '.join(sorted(allowed))}",
             )
             for key in extra
-        ]
+        )
     if kind == "required":
         missing = error.message.split("'")[1] if "'" in error.message else error.message
         return [Diagnostic("E202", f"{where} is missing required key `{missing}`", doc.loc(path))]
@@ -102,6 +114,15 @@ def _diagnostics(error, doc: Document) -> list[Diagnostic]:
                 "names are Python identifiers: letters, digits and _",
             )
         ]
+    if kind in _SIZE_LIMITS and isinstance(error.instance, (str, list, dict)):
+        bound, unit = _SIZE_LIMITS[kind]
+        return [
+            Diagnostic(
+                "E200",
+                f"{where} has {len(error.instance)} {unit}; {bound} {error.validator_value} allowed",
+                doc.loc(path),
+            )
+        ]
     message = error.message if len(error.message) < 200 else error.message[:200] + "..."
     return [Diagnostic("E200", f"{where}: {message}", doc.loc(path))]
 
@@ -131,5 +152,7 @@ def validate(doc: Document) -> None:
             if key not in seen:
                 seen.add(key)
                 found.append(diag)
+            if len(found) == MAX_DIAGNOSTICS:
+                raise SpecError(found)
     if found:
         raise SpecError(found)

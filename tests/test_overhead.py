@@ -39,13 +39,15 @@ def add(x, y):
 
 
 def _matmul_kernel(x_ref, y_ref, o_ref, acc_ref):
-    @pl.when(pl.program_id(2) == 0)
+    k = pl.program_id(2)
+
+    @pl.when(k == 0)
     def _init():
         acc_ref[...] = jnp.zeros_like(acc_ref)
 
     acc_ref[...] += jnp.dot(x_ref[...], y_ref[...], preferred_element_type=jnp.float32)
 
-    @pl.when(pl.program_id(2) == pl.num_programs(2) - 1)
+    @pl.when(k == pl.num_programs(2) - 1)
     def _store():
         o_ref[...] = acc_ref[...]
 

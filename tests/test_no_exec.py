@@ -1,0 +1,262 @@
+"""`check` and `generate` run nothing from a spec, and generated code holds only what the templates make.
+
+Every payload tries to create a MARKER file in the working directory (tmp_path). A
+payload in a field that is a name, dtype or expression is refused with a located
+diagnostic; in a free-text field it reaches the generated code only as string data:
+the module's syntax tree, string constants blanked, equals that of the same spec
+with harmless text. Body and reference code appear only inside their functions.
+test_hostile.py covers the kernel, param and operand docs and the YAML-level
+attacks (tags, aliases); this file covers every other field.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+
+from codegen import pipeline
+from conftest import KSPEC, REPO, VALID_SPEC, mutate
+
+V = VALID_SPEC
+PAYLOADS = {
+    "triple_double": '"""; __import__("os").system("touch MARKER"); """',
+    "triple_single": "'''; open('MARKER', 'w'); '''",
+    "jinja_expr": "{{ ''.__class__.__mro__[1].__subclasses__() }}{{ cycler.__init__.__globals__.os.system('touch MARKER') }}",
+    "jinja_stmt": "{% set x = cycler.__init__.__globals__.os.system('touch MARKER') %}{# #}",
+    "newline_code": "x\n__import__('os').system('touch MARKER')\n#",
+    "shell": "$(touch MARKER) `touch MARKER`; touch MARKER",
+    "backslashes": "\\\"\\'\\N{BULLET}\\x41\\u0041 \\",
+    "format_braces": "{0.__class__} %s %(x)s {__import__}",
+}
+
+
+def _quoted(payload: str) -> str:
+    """The payload as a YAML double-quoted scalar (keeps newlines and backslashes exact)."""
+    return '"' + payload.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
+
+
+SCRATCH = ("cases:", "scratch:\n  acc: {shape: [bs], dtype: float32}\ncases:")
+TPU = ("cases:", "backends:\n  mosaic_tpu:\n    compiler_params: {dimension_semantics: [parallel]}\ncases:")
+TRITON = ("cases:", "backends:\n  triton:\n    compiler_params: {num_warps: 4}\ncases:")
+# field -> replacements that put {p} (the YAML-quoted payload) or {r} (its Python repr) there
+REFUSED_FIELDS = {
+    "name": [("name: tiny", "name: {p}")],
+    "input_name": [("  x: {shape: [N], dtype: float32}", "  {p}: {{shape: [N], dtype: float32}}")],
+    "param_name": [("  bs: 8", "  {p}: 8")],
+    "dtype": [("dtype: float32", "dtype: {p}")],
+    "dtype_in_list": [("dtype: float32", "dtype: [float32, {p}]")],
+    "follows": [("dtype: x}", "dtype: {p}}}")],
+    "shape": [("x: {shape: [N]", "x: {{shape: [{p}]")],
+    "grid": [('grid: ["cdiv(N, bs)"]', "grid: [{p}]")],
+    "grid_axis_name": [('grid: ["cdiv(N, bs)"]', "grid: {{{p}: cdiv(N, bs)}}")],
+    "block_shape": [("x: {block_shape: [bs]", "x: {{block_shape: [{p}]")],
+    "index_map": [('x: {block_shape: [bs], index_map: "i -> (i,)"}', "x: {{block_shape: [bs], index_map: {p}}}")],
+    "block_operand": [('  x: {block_shape', '  {p}: {{block_shape')],
+    "constraint": [("cases:", "constraints: [{p}]\ncases:")],
+    "cost_flops": [("cases:", "cost_estimate: {{flops: {p}}}\ncases:")],
+    "case_name": [("{name: c, N: 64}", "{{name: {p}, N: 64}}")],
+    "case_dim_key": [("{name: c, N: 64}", "{{name: c, N: 64, {p}: 2}}")],
+    "case_dtype": [("{name: c, N: 64}", "{{name: c, N: 64, dtype: {p}}}")],
+    "case_param": [("{name: c, N: 64}", "{{name: c, N: 64, params: {{{p}: 1}}}}")],
+    "tolerance_key": [("cases:", "tolerance: {{{p}: {{atol: 0.1}}}}\ncases:")],
+    "case_tolerance_key": [("{name: c, N: 64}", "{{name: c, N: 64, tolerance: {{{p}: {{atol: 0.1}}}}}}")],
+    "scratch_name": [SCRATCH, ("  acc: {shape", "  {p}: {{shape")],
+    "scratch_dtype": [SCRATCH, ("dtype: float32}\ncases", "dtype: {p}}}\ncases")],
+    "scratch_shape": [SCRATCH, ("acc: {shape: [bs]", "acc: {{shape: [{p}]")],
+    "backend_name": [("cases:", "backends:\n  {p}:\ncases:")],
+    "compiler_param_value": [TRITON, ("num_warps: 4", "num_warps: {p}")],
+    "compiler_param_key": [TRITON, ("num_warps: 4", "{p}: 4")],
+    "dimension_semantics": [TPU, ("[parallel]", "[{p}]")],
+    "backend_dtypes": [TPU, ("    compiler_params", "    dtypes: {{x: [{p}]}}\n    compiler_params")],
+    "backend_param_name": [TPU, ("    compiler_params", "    params: {{{p}: 8}}\n    compiler_params")],
+}
+# Free text: accepted, and must stay text.
+TEXT_FIELDS = {
+    "output_doc": [("o: {shape: [N], dtype: x}", "o: {{shape: [N], dtype: x, doc: {p}}}")],
+    "constraint_message": [("cases:", "constraints: [{{expr: N > 0, message: {p}}}]\ncases:")],
+    "param_doc_under_backend": [TPU, ("    compiler_params", "    params: {{bs: {{default: 128, doc: {p}}}}}\n    compiler_params"),
+                                ("{name: c, N: 64}", "{name: c, N: 1024}")],
+    "body_comment": [("o_ref[...] = x_ref[...] * 2", "o_ref[...] = x_ref[...] * 2  # {r}")],
+    "body_string": [("o_ref[...] = x_ref[...] * 2", "o_ref[...] = x_ref[...] * 2\n  _unused = {r}")],
+    "reference_string": [("return x * 2", "_unused = {r}\n  return x * 2")],
+}
+
+
+def spec_with(field_table: dict, field: str, payload: str, name: str = "tiny") -> str:
+    text = mutate(V, ("name: tiny", f"name: {name}")) if name != "tiny" else V
+    quoted = _quoted(payload)
+    for old, new in field_table[field]:
+        new = new.format(p=quoted, r=repr(payload)) if "{p" in new or "{r}" in new else new
+        text = mutate(text, (old, new))
+    return text
+
+
+REFUSED = [(f, p) for f in sorted(REFUSED_FIELDS) for p in sorted(PAYLOADS)]
+
+
+@pytest.mark.parametrize("field", sorted(REFUSED_FIELDS))
+def test_payload_in_a_name_or_expression_is_refused(field, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "specs").mkdir()
+    for key in sorted(PAYLOADS):
+        path = tmp_path / "specs" / f"{key}.yaml"
+        path.write_text(spec_with(REFUSED_FIELDS, field, PAYLOADS[key]), encoding="utf-8")
+        compiled = pipeline.compile_spec(path)
+        assert not compiled.ok, (field, key)
+        for d in compiled.diagnostics:
+            assert re.match(rf"{re.escape(str(path))}:\d+:\d+: error\[E\d{{3}}\]: ", d.format()), d.format()
+    assert not (tmp_path / "MARKER").exists()
+
+
+def _blank_strings(tree: ast.AST) -> ast.AST:
+    class Blank(ast.NodeTransformer):
+        def visit_Constant(self, node):
+            return ast.Constant("S") if isinstance(node.value, str) else node
+
+    return Blank().visit(tree)
+
+
+def _skeleton(text: str, name: str) -> str:
+    """The module's syntax tree with strings blanked and the body/reference functions emptied."""
+    tree = _blank_strings(ast.parse(text))
+    for node in ast.walk(tree):
+        if isinstance(node, ast.FunctionDef) and node.name in (f"_{name}_kernel", f"{name}_reference"):
+            node.body = [ast.Pass()]
+    return ast.dump(tree)
+
+
+def _functions_holding(text: str, needle: str) -> set:
+    """Names of the top-level functions whose source holds `needle` ("" for outside any)."""
+    defs = [n for n in ast.parse(text).body if isinstance(n, ast.FunctionDef)]
+    found = set()
+    for i, line in enumerate(text.splitlines(), 1):
+        if needle in line:
+            found |= {n.name for n in defs if n.lineno <= i <= n.end_lineno} or {""}
+    return found
+
+
+def _plan(tmp_path, text: str) -> dict:
+    path = tmp_path / "specs" / "tiny.yaml"
+    path.parent.mkdir(exist_ok=True)
+    path.write_text(text, encoding="utf-8")
+    compiled = pipeline.compile_spec(path)
+    assert compiled.ok, [d.format() for d in compiled.diagnostics]
+    _, planned = pipeline.plan(compiled, tmp_path / "generated")
+    return {p.name: t for p, t in planned.items()}
+
+
+@pytest.mark.parametrize("field", sorted(TEXT_FIELDS))
+def test_payload_in_free_text_stays_text(field, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    plain = _plan(tmp_path, spec_with(TEXT_FIELDS, field, "plain words"))
+    for key in sorted(PAYLOADS):
+        hostile = _plan(tmp_path, spec_with(TEXT_FIELDS, field, PAYLOADS[key]))
+        assert sorted(hostile) == sorted(plain)
+        for fname in plain:
+            body = hostile[fname].split("\n", 4)[4]  # past the banner, which holds the sha256s
+            assert _skeleton(body, "tiny") == _skeleton(plain[fname].split("\n", 4)[4], "tiny"), (field, key, fname)
+        if field.startswith(("body", "reference")):  # code text lives only inside its own function
+            marker = "touch MARKER" if "MARKER" in PAYLOADS[key] else None
+            for fname, text in hostile.items():
+                if marker and marker in text:
+                    assert _functions_holding(text, marker) <= {"_tiny_kernel", "tiny_reference"}, (fname, key)
+    assert not (tmp_path / "MARKER").exists()
+
+
+def _top_level(text: str, name: str) -> set:
+    """(kind, name) of each top-level statement; the kernel's name written as {name}."""
+    out = set()
+    for node in ast.parse(text).body:
+        if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+            out.add(("def", node.name.replace(name, "{name}")))
+        elif isinstance(node, ast.Assign):
+            out |= {("=", t.id) for t in node.targets if isinstance(t, ast.Name)}
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            out |= {("import", a.name) for a in node.names}
+        else:
+            out.add((type(node).__name__, None))
+    return out
+
+
+def test_generated_modules_hold_only_what_the_templates_make():
+    """Shipped specs: every top-level function is one a template defines, nothing but the
+    module docstring is a bare expression, and spec code sits in its own function."""
+    by_kind: dict = {}
+    for path in pipeline.discover([], root=REPO):
+        compiled = pipeline.compile_spec(path)
+        assert compiled.ok
+        spec = compiled.spec
+        _, planned = pipeline.plan(compiled, REPO / "generated")
+        for target, text in planned.items():
+            top = _top_level(text, spec.name)
+            assert {kind for kind, _ in top} <= {"def", "=", "import", "Expr", "If", "Try"}, (target, top)
+            tree = ast.parse(text)
+            exprs = [n for n in tree.body if isinstance(n, ast.Expr)]
+            assert exprs == tree.body[:1] and isinstance(exprs[0].value, ast.Constant), target
+            by_kind.setdefault(target.name, []).append({n for kind, n in top if kind == "def"})
+            variant = spec.variants.get(target.stem)
+            code = {"reference.py": (spec.reference, f"{spec.name}_reference")}.get(target.name)
+            code = code or ((variant.body, f"_{spec.name}_kernel") if variant else None)
+            if code:
+                for line in filter(str.strip, code[0].source.splitlines()):
+                    assert _functions_holding(text, line.strip()) == {code[1]}, (target, line)
+    template_defs = {
+        name.replace("{{ name }}", "{name}")
+        for path in (REPO / "templates").glob("*.j2")
+        for name in re.findall(r"^def ([^(]+)\(", path.read_text(), re.M)
+    }
+    for kind, defs in by_kind.items():
+        assert set().union(*defs) <= template_defs, (kind, set().union(*defs) - template_defs)
+
+
+def test_cli_check_generate_and_import_run_no_payload(tmp_path):
+    """All payloads at once through the CLI; then import what was generated: no MARKER."""
+    specs = tmp_path / "specs"
+    specs.mkdir()
+    for i, (field, key) in enumerate(REFUSED):
+        (specs / f"r{i}.yaml").write_text(spec_with(REFUSED_FIELDS, field, PAYLOADS[key]), encoding="utf-8")
+    env = dict(os.environ, PYTHONPATH=str(REPO), NO_COLOR="1")
+    run = lambda *a: subprocess.run([*KSPEC, *a], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)  # noqa: E731
+    for command in ("check", "generate"):
+        r = run(command)
+        assert r.returncode == 2, r.stdout[-2000:] + r.stderr[-2000:]
+        assert f"error(s) in {len(REFUSED)} of {len(REFUSED)} spec(s)" in r.stdout
+        assert "Traceback" not in r.stdout + r.stderr
+    assert not (tmp_path / "generated").exists()
+    for p in specs.iterdir():
+        p.unlink()
+    names = []
+    for i, (field, key) in enumerate((f, k) for f in sorted(TEXT_FIELDS) for k in sorted(PAYLOADS)):
+        names.append(f"t{i}")
+        (specs / f"t{i}.yaml").write_text(spec_with(TEXT_FIELDS, field, PAYLOADS[key], name=f"t{i}"), encoding="utf-8")
+    r = run("generate")
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    modules = sorted(f"generated.{p.parent.name}.{p.stem}" for p in (tmp_path / "generated").glob("*/*.py"))
+    assert {m.split(".")[1] for m in modules} == set(names)
+    imports = "import " + ", ".join(modules)
+    proc = subprocess.run([sys.executable, "-c", imports], cwd=tmp_path, env=dict(env, PYTHONPATH=f"{tmp_path}:{REPO}",
+                          JAX_PLATFORMS="cpu"), capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert not (tmp_path / "MARKER").exists()
+
+
+def test_spec_file_name_cannot_inject_code(tmp_path):
+    """The banner quotes the spec's path in comments: a newline in the file name must stay in the comment."""
+    name = "x\n__import__('os').system('touch MARKER')\n#"
+    (tmp_path / "specs").mkdir()
+    (tmp_path / "specs" / f"{name}.yaml").write_text(V, encoding="utf-8")
+    env = dict(os.environ, PYTHONPATH=str(REPO), NO_COLOR="1")
+    r = subprocess.run([*KSPEC, "generate"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+    for path in (tmp_path / "generated" / "tiny").glob("*.py"):
+        text = path.read_text(encoding="utf-8")
+        assert text.startswith("# Generated by kspec ") and "from specs/x\\n__import__" in text.splitlines()[0]
+        assert "__import__" not in {n.id for n in ast.walk(ast.parse(text)) if isinstance(n, ast.Name)}, path
+    r = subprocess.run([*KSPEC, "generate", "--check"], cwd=tmp_path, env=env, capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout  # the banner still matches its content
+    assert not (tmp_path / "MARKER").exists()
