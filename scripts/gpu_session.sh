@@ -23,7 +23,7 @@ python3 -c "import jax; print('jax', jax.__version__, jax.devices())" | tee -a "
 for step in $steps; do
   echo "=== $step"
   case $step in
-    verify) kspec verify --seed 11 --json "$OUT/verify-gpu.json" --junit "$OUT/verify-gpu.xml" 2>/dev/null ;;
+    verify) kspec verify --backend triton --backend mosaic_gpu --seed 11 --json "$OUT/verify-gpu.json" --junit "$OUT/verify-gpu.xml" 2>/dev/null ;;
     lower) kspec verify --lower --json "$OUT/lower.json" 2>/dev/null | tail -3 ;;
     bench) kspec bench --backend triton --backend mosaic_gpu --measure-ceilings --samples 15 \
              --json "$OUT/bench.json" --markdown "$OUT/bench.md" --plot "$OUT/bench.png" 2>/dev/null ;;

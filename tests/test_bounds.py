@@ -194,13 +194,13 @@ MANY_BIG_CASES = V.split("cases:")[0] + "cases:\n" + "".join(f"  - {{name: c{i},
 
 @pytest.mark.xfail(strict=True, reason="checks.dtype_assignments lists every dtype combination: 16**32 here")
 def test_dtype_combinations_are_bounded(tmp_path):
-    assert_bounded(probe(tmp_path, DTYPE_EXPLOSION, timeout=10))
+    assert_bounded(probe(tmp_path, DTYPE_EXPLOSION, timeout=5))
 
 
 @pytest.mark.xfail(strict=True, reason="checks walk up to 65,536 grid points per case x backend x dtype: 320 cases "
                                        "take ~5 s; the walk needs a budget per spec")
 def test_many_cases_with_large_grids_are_checked_fast(tmp_path):
-    assert_bounded(probe(tmp_path, MANY_BIG_CASES, timeout=10))
+    assert_bounded(probe(tmp_path, MANY_BIG_CASES, timeout=5))
 
 
 @pytest.mark.xfail(strict=True, reason="no check that grid axes fit in int32: Pallas cannot launch 1e12 steps")

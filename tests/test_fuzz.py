@@ -23,7 +23,6 @@ import ast
 import os
 import re
 import subprocess
-import tempfile
 from pathlib import Path
 
 import pytest
@@ -60,16 +59,16 @@ def _small_grid_walk(monkeypatch):
 class Workdir:
     """One project folder per test: specs/fuzz.yaml is rewritten for each example."""
 
-    def __init__(self):
-        self.root = Path(tempfile.mkdtemp(prefix="kspec-fuzz-"))
+    def __init__(self, root: Path):
+        self.root = root
         (self.root / "specs").mkdir()
         self.spec = self.root / "specs" / "fuzz.yaml"
         self.counts = {"accepted": 0, "rejected": 0}
 
 
 @pytest.fixture
-def work():
-    return Workdir()
+def work(tmp_path):
+    return Workdir(tmp_path)
 
 
 def run_pipeline(content: bytes, work: Workdir) -> pipeline.Compiled:
