@@ -214,7 +214,7 @@ def bench(
         if measure_ceilings:
             measured = session.run(bn.ceilings_task())
             ceilings = (measured["bandwidth_gbs"], measured["tflops_bf16"])
-            roofline = f"measured here: copy {ceilings[0]:.0f} GB/s, bf16 matmul {ceilings[1]:.0f} TFLOP/s"
+            roofline = f"measured here: copy {ceilings[0]:.0f} GB/s, bf16 matmul {ceilings[1]:.1f} TFLOP/s"
             typer.echo(f"ceilings: {roofline}")
         tasks, skipped = bn.plan(results, backends=backend or [], cases=case or [], seed=seed,
                                  samples=samples, platform=info["platform"], ceilings=ceilings)

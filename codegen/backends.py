@@ -21,7 +21,18 @@ class Backend:
     interpret: str = "False"
     # the template in templates/ that renders its module (kernel.py.j2: a pallas_call)
     template: str = "kernel.py.j2"
+    # What of the pallas_call surface it takes (checks read these; E410, E412 to E414):
+    memory_spaces: tuple = ()  # block memory_space values
+    block_kinds: tuple = ("blocked", "squeezed")  # block_shape entry kinds
+    scratch_kinds: tuple = ("array",)
+    prefetch: bool = False  # scalar-prefetch inputs (pltpu.PrefetchScalarGridSpec)
+    aliases: bool = True  # input_output_aliases
+    pipeline_mode: bool = False  # pl.Buffered
 
+
+TPU_MEMORY_SPACES = ("any", "hbm", "vmem", "smem")
+TPU_SCRATCH_KINDS = ("array", "dma_semaphore", "semaphore")
+ALL_BLOCK_KINDS = ("blocked", "squeezed", "element", "bounded_slice")
 
 BACKENDS: dict = {
     b.name: b
@@ -35,6 +46,11 @@ BACKENDS: dict = {
             # scratch buffers are declared with TPU memory spaces, which interpret mode accepts
             imports=("from jax.experimental.pallas import tpu as pltpu",),
             interpret="True",
+            memory_spaces=TPU_MEMORY_SPACES,
+            block_kinds=ALL_BLOCK_KINDS,
+            scratch_kinds=TPU_SCRATCH_KINDS,
+            prefetch=True,
+            pipeline_mode=True,
         ),
         Backend(
             "triton",
@@ -43,6 +59,7 @@ BACKENDS: dict = {
             lowering_platform="cuda",
             compiler_params_class="pltriton.CompilerParams",
             imports=("from jax.experimental.pallas import triton as pltriton",),
+            block_kinds=("blocked", "squeezed", "element"),
         ),
         Backend(
             "mosaic_gpu",
@@ -53,6 +70,9 @@ BACKENDS: dict = {
             imports=("from jax.experimental.pallas import mosaic_gpu as plgpu",),
             # plgpu.kernel + plgpu.emit_pipeline: pallas_call no longer lowers for Mosaic GPU in jax 0.11
             template="mosaic_gpu.py.j2",
+            memory_spaces=("gmem", "smem"),
+            scratch_kinds=("array", "barrier", "accumulator"),
+            aliases=False,
         ),
         Backend(
             "mosaic_tpu",
@@ -62,6 +82,11 @@ BACKENDS: dict = {
             compiler_params_class="pltpu.CompilerParams",
             imports=("from jax.experimental.pallas import tpu as pltpu",),
             interpret="interpret",
+            memory_spaces=TPU_MEMORY_SPACES,
+            block_kinds=ALL_BLOCK_KINDS,
+            scratch_kinds=TPU_SCRATCH_KINDS,
+            prefetch=True,
+            pipeline_mode=True,
         ),
     )
 }

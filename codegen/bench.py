@@ -76,8 +76,9 @@ def markdown(rows: list, *, meta: dict) -> str:
         f"- roofline: {meta['roofline']}",
         "",
         "Each figure is the median per-call time over the samples (10th-90th percentile in brackets), "
-        "the kernel and its XLA reference sampled in alternation in one process, inputs rotated "
-        "across copies larger than L2, after a correctness check against the reference.",
+        "the kernel and its XLA reference sampled in alternation in one process after a warm-up, "
+        "inputs rotated across up to 8 copies (together larger than L2 where memory allows; "
+        "`input_copies` in the JSON), after a correctness check against the reference.",
         "",
         "| " + " | ".join(COLUMNS) + " |",
         "|" + "---|" * len(COLUMNS),

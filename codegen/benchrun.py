@@ -121,7 +121,7 @@ def measure_ceilings() -> dict:
     a = jnp.ones((m, m), jnp.bfloat16)
     scale = jax.jit(lambda v: v * 2.0)
     dot = jax.jit(lambda p, q: jnp.dot(p, q, preferred_element_type=jnp.float32).astype(jnp.bfloat16))
-    times = timing.sample({"copy": lambda: scale(x), "matmul": lambda: dot(a, a)}, samples=10)
+    times = timing.sample({"copy": lambda: scale(x), "matmul": lambda: dot(a, a)}, samples=15, warm_s=2.0)
     copy_s = timing.stats(times["copy"])["median_ms"] / 1e3
     mm_s = timing.stats(times["matmul"])["median_ms"] / 1e3
     return {"bandwidth_gbs": 2 * n * 4 / copy_s / 1e9, "tflops_bf16": 2 * m**3 / mm_s / 1e12}
@@ -151,7 +151,9 @@ def tune(task, prep, check_outputs, describe):
                 verdict = check_outputs(task, dataclasses.replace(prep, params=dict(prep.params, **cfg)), outs, 0.0)
                 row.update(verdict, params=cfg, compile_s=compile_s)
                 if verdict["status"] == "pass":
-                    times = timing.sample({"kernel": lambda: compiled(*prep.inputs)}, samples=task.samples)
+                    times = timing.sample(
+                        {"kernel": lambda: compiled(*prep.inputs)}, samples=task.samples, warm_s=0.1
+                    )
                     row["ms"] = timing.stats(times["kernel"])["median_ms"]
             except Exception as e:  # noqa: BLE001 - a config that fails to compile or run is rejected
                 row["message"] = describe(e)

@@ -19,7 +19,9 @@ from typing import Any
 from . import dtypes as dt
 from .diagnostics import Diagnostic, did_you_mean
 from .expr import Expr, ExprError, NotEvaluable
-from .model import Case, Code, KernelSpec, Variant
+from .backends import BACKENDS
+from .expr import Slice
+from .model import BLOCKED, BOUNDED, ELEMENT, SQUEEZED, Case, Code, KernelSpec, Variant
 
 # Names the generated modules use; spec names may not shadow them.
 RESERVED = frozenset(
@@ -49,8 +51,9 @@ class Instance:
 
 def check(spec: KernelSpec) -> list[Diagnostic]:
     diags = _names(spec) + _dtypes(spec) + _code(spec)
+    diags += _prefetch(spec) + _inits(spec) + _aliases(spec)
     for variant in spec.variants.values():
-        diags += _structure(spec, variant)
+        diags += _structure(spec, variant) + _backend_surface(spec, variant)
     if spec.cost is not None:
         scope = set(spec.dims) | {p.name for v in spec.variants.values() for p in v.params}
         for e in (spec.cost.flops, spec.cost.transcendentals, spec.cost.bytes_accessed):
@@ -70,6 +73,10 @@ def check(spec: KernelSpec) -> list[Diagnostic]:
                     diags += found
                     if inst is not None:
                         diags += rules.check(inst)
+    if spec.sharding is not None:
+        from . import sharding
+
+        diags += sharding.check(spec, per_case=not any(d.severity == "error" for d in diags))
     return _unique(diags)
 
 
@@ -233,6 +240,9 @@ def _structure(spec: KernelSpec, v: Variant) -> list:
         out += _unknown(axis.size, scope, "grid")
     for c in spec.constraints:
         out += _unknown(c.expr, scope, "constraint")
+    for key, value in v.compiler_params.items():
+        if isinstance(value, Expr):
+            out += _unknown(value, params, f"compiler_params.{key}")
     for s in v.scratch:
         for e in s.shape:
             out += _unknown(e, scope, f"scratch {s.name}")
@@ -261,6 +271,8 @@ def _structure(spec: KernelSpec, v: Variant) -> list:
                 Diagnostic("E405", f"block spec for unknown operand `{name}`", block.loc, did_you_mean(name, operands))
             )
             continue
+        if block.block_shape is None:
+            continue  # memory_space without block_shape: the whole array
         for e in block.block_shape:
             out += _unknown(e, scope, f"{name}.block_shape")
         if len(block.block_shape) != op.rank:
@@ -273,14 +285,16 @@ def _structure(spec: KernelSpec, v: Variant) -> list:
                 )
             )
         imap = block.index_map
-        if len(imap.args) != len(v.grid):
+        prefetched = [o.name for o in spec.prefetched]
+        if len(imap.args) != len(v.grid) + len(prefetched):
+            refs = f" and {_count(prefetched, 'scalar-prefetch ref', 'scalar-prefetch refs')}" if prefetched else ""
             out.append(
                 Diagnostic(
                     "E403",
                     f"{name}: index_map takes {_count(imap.args, 'grid index', 'grid indices')} "
-                    f"but the grid has {_count(v.grid, 'axis', 'axes')}",
+                    f"but the grid has {_count(v.grid, 'axis', 'axes')}{refs}",
                     imap.loc,
-                    f"write one name per grid axis, e.g. `{', '.join('ijklmn'[: len(v.grid)]) or ''} -> ...`",
+                    f"write one name per grid axis, e.g. `{', '.join(list('ijklmn'[: len(v.grid)]) + prefetched) or ''} -> ...`",
                 )
             )
         if len(imap.results) != len(block.block_shape):
@@ -294,6 +308,121 @@ def _structure(spec: KernelSpec, v: Variant) -> list:
                 )
             )
         out += _unknown_map(imap, scope, name)
+    return out
+
+
+def _prefetch(spec: KernelSpec) -> list:
+    """E410: a scalar-prefetch input is a 1-D integer array with an index initialiser and no block."""
+    out = []
+    for op in spec.prefetched:
+        dtypes = op.dtypes or next(o.dtypes for o in spec.inputs if o.name == op.follows) or ()
+        problems = []
+        if op.rank != 1:
+            problems.append(f"has rank {op.rank}, not 1")
+        if any(dt.DTYPES.get(d, (0, ""))[1] not in ("i", "u") for d in dtypes):
+            problems.append(f"has dtype {', '.join(dtypes)}, not an integer type")
+        if op.init is None or op.init.kind != "index":
+            problems.append("has no `init: {kind: index, ...}` saying what values it holds")
+        for v in spec.variants.values():
+            if op.name in v.blocks:
+                problems.append(f"has a block spec ({v.backend}); it is passed whole, to SMEM")
+        for p in problems:
+            out.append(
+                Diagnostic(
+                    "E410",
+                    f"scalar-prefetch input {op.name} {p}",
+                    op.loc,
+                    "a prefetched input holds indices: shape [n], an int dtype, init {kind: index, bound: ...}",
+                )
+            )
+    return out
+
+
+def _inits(spec: KernelSpec) -> list:
+    """E411: initialisers name real operands and dims, and make sense for the dtype."""
+    out = []
+    scope = set(spec.dims) | {p.name for v in spec.variants.values() for p in v.params}
+    for op in spec.inputs:
+        init = op.init
+        if init is None:
+            continue
+        what = f"{op.name}.init"
+        if init.kind == "index":
+            target = spec.operand(init.of) if init.of else None
+            if init.of is None and init.bound_expr is None:
+                out.append(Diagnostic("E411", f"{what}: an index initialiser needs `bound` or `of`", init.loc))
+            elif init.of is not None and target is None:
+                out.append(
+                    Diagnostic("E411", f"{what}: `of` names unknown operand `{init.of}`", init.loc,
+                               did_you_mean(init.of, [o.name for o in spec.operands]))
+                )
+            elif target is not None and init.dim >= target.rank:
+                out.append(Diagnostic("E411", f"{what}: dim {init.dim} of {init.of}, which has rank {target.rank}", init.loc))
+            if init.bound_expr is not None:
+                out += [dataclasses.replace(d, code="E411") for d in _unknown(init.bound_expr, scope, what)]
+        if init.kind == "uniform" and init.low >= init.high:
+            out.append(Diagnostic("E411", f"{what}: low {init.low:g} is not below high {init.high:g}", init.loc))
+    return out
+
+
+def _aliases(spec: KernelSpec) -> list:
+    """E412: each alias pairs an output with a distinct input of the same shape and dtype."""
+    out = []
+    seen: dict = {}
+    for o_name, i_name in spec.aliases.items():
+        o, i = spec.operand(o_name), spec.operand(i_name)
+        problem = None
+        if o is None or o.role != "output":
+            problem = f"`{o_name}` is not an output", did_you_mean(o_name, [x.name for x in spec.outputs])
+        elif i is None or i.role != "input":
+            problem = f"`{i_name}` is not an input", did_you_mean(i_name, [x.name for x in spec.inputs])
+        elif i_name in seen:
+            problem = f"input {i_name} is aliased to both {seen[i_name]} and {o_name}", None
+        elif i.prefetch:
+            problem = f"input {i_name} is a scalar-prefetch input", None
+        elif [e.source for e in o.shape] != [e.source for e in i.shape]:
+            shown = lambda x: "[" + ", ".join(e.source for e in x.shape) + "]"  # noqa: E731
+            problem = f"output {o_name} has shape {shown(o)} but input {i_name} has {shown(i)}", None
+        elif (o.follows or o.dtypes) != (i.name if o.follows else (i.follows or i.dtypes)) and o.follows != i.follows:
+            problem = f"output {o_name} and input {i_name} may differ in dtype", f"write `dtype: {i.follows or i_name}` for {o_name}"
+        seen.setdefault(i_name, o_name)
+        if problem:
+            message, hint = problem
+            out.append(Diagnostic("E412", f"input_output_aliases: {message}", spec.aliases_loc,
+                                  hint or "alias an output to an input of the same shape and dtype"))
+    for v in spec.variants.values():
+        if spec.aliases and not BACKENDS[v.backend].aliases:
+            out.append(Diagnostic("E412", f"input_output_aliases: the {v.backend} backend does not alias buffers", spec.aliases_loc,
+                                  "drop the alias or this backend"))
+    return out
+
+
+def _backend_surface(spec: KernelSpec, v: Variant) -> list:
+    """E410, E413, E414: block kinds, memory spaces, pipeline modes, prefetch and scratch kinds the backend takes."""
+    backend = BACKENDS[v.backend]
+    out = []
+    if spec.prefetched and not backend.prefetch:
+        names = ", ".join(o.name for o in spec.prefetched)
+        out.append(Diagnostic("E410", f"{v.backend}: scalar prefetch ({names}) needs a TPU-style backend", v.loc,
+                              "use the mosaic_tpu or interpret backend for this kernel"))
+    for name, block in v.blocks.items():
+        where = f"{v.backend}: {name}"
+        if block.block_shape is not None:
+            for d in range(len(block.block_shape)):
+                if block.kind(d) not in backend.block_kinds:
+                    out.append(Diagnostic("E413", f"{where}: block dim {d} is {block.kind(d)}, which {v.backend} does not take",
+                                          block.shape_loc, f"{v.backend} takes {', '.join(backend.block_kinds)} dims"))
+        if block.memory_space is not None and block.memory_space not in backend.memory_spaces:
+            allowed = ", ".join(backend.memory_spaces) or "none"
+            out.append(Diagnostic("E413", f"{where}: memory_space {block.memory_space} is not one of {v.backend}'s", block.loc,
+                                  f"memory spaces on {v.backend}: {allowed}"))
+        if block.buffers is not None and not backend.pipeline_mode:
+            out.append(Diagnostic("E413", f"{where}: pipeline_mode is not supported by {v.backend}", block.loc,
+                                  "mosaic_tpu and interpret take pipeline_mode; on mosaic_gpu use max_concurrent_steps"))
+    for s in v.scratch:
+        if s.kind not in backend.scratch_kinds:
+            out.append(Diagnostic("E414", f"{v.backend}: scratch {s.name} is a {s.kind}, which {v.backend} does not have", s.loc,
+                                  f"scratch kinds on {v.backend}: {', '.join(backend.scratch_kinds)}"))
     return out
 
 

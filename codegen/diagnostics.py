@@ -56,8 +56,17 @@ CODES: dict[str, str] = {
     "E704": "compiler_params list length does not match the kernel",
     "E711": "Triton block dim is not a power of two",
     "E712": "Triton dot operand dim below 16",
+    "E713": "Triton num_warps is not a power of two up to 32",
     "E721": "Mosaic GPU shared-memory budget exceeded",
     "E722": "Mosaic GPU block dim above the TMA limit of 256",
+    "E800": "unknown or non-manual mesh axis",
+    "E801": "mesh axis used twice in one partition spec",
+    "E802": "partition spec or reduction does not fit its operand",
+    "E803": "dim split differently in two inputs",
+    "E804": "split dim not divisible by its mesh axes",
+    "E805": "output sharding does not match the inputs and reductions",
+    "E806": "per-shard problem breaks a block, grid or backend rule",
+    "E807": "more than one mesh axis sized by the device count",
     "W900": "stale tuning entries",
 }
 

@@ -6,7 +6,8 @@ every node is on the whitelist, and it is evaluated by walking it.
 
     names, ints (and float/bool constants), + - * // %, unary -,
     comparisons, and/or/not, min(...), max(...), cdiv(a, b)
-    index maps only: ref[expr] where ref is a scalar-prefetch operand
+    index maps only: ref[expr] where ref is a scalar-prefetch operand, and
+    ds(start, size), the slice a bounded_slice block dim takes (pl.ds)
 """
 
 from __future__ import annotations
@@ -42,9 +43,18 @@ def _cdiv(a, b):
     return -(-a // b)
 
 
+@dataclasses.dataclass(frozen=True)
+class Slice:
+    """What `ds(start, size)` evaluates to: the elements [start, start + size)."""
+
+    start: int
+    size: int
+
+
 FUNCTIONS = {"min": min, "max": max, "cdiv": _cdiv}
+INDEX_MAP_FUNCTIONS = {"ds": Slice}
 # How each whitelisted function is spelled in generated code.
-RENDERED_FUNCTIONS = {"min": "min", "max": "max", "cdiv": "pl.cdiv"}
+RENDERED_FUNCTIONS = {"min": "min", "max": "max", "cdiv": "pl.cdiv", "ds": "pl.ds"}
 
 
 class ExprError(Exception):
@@ -183,12 +193,13 @@ def _check(node: ast.AST, names: set, subscripts: bool, lead: int, top: bool = T
         for v in node.values:
             rec(v)
     elif isinstance(node, ast.Call):
-        if not isinstance(node.func, ast.Name) or node.func.id not in FUNCTIONS:
-            raise bad("calling anything but min, max or cdiv")
+        allowed = FUNCTIONS.keys() | (INDEX_MAP_FUNCTIONS.keys() if subscripts else set())
+        if not isinstance(node.func, ast.Name) or node.func.id not in allowed:
+            raise bad("calling anything but min, max, cdiv" + (" or ds" if subscripts else ""))
         if node.keywords or any(isinstance(a, ast.Starred) for a in node.args):
             raise bad("keyword or starred arguments")
-        # min/max of one int would iterate over it; cdiv takes exactly two
-        if len(node.args) < 2 or (node.func.id == "cdiv" and len(node.args) != 2):
+        # min/max of one int would iterate over it; cdiv and ds take exactly two
+        if len(node.args) < 2 or (node.func.id in ("cdiv", "ds") and len(node.args) != 2):
             raise bad(f"`{node.func.id}` with {len(node.args)} arguments")
         for a in node.args:
             rec(a)
@@ -243,7 +254,7 @@ def _eval(node: ast.AST, env: Mapping[str, Any]) -> Any:
         args = [_eval(a, env) for a in node.args]
         if node.func.id == "cdiv" and args[1] == 0:
             raise ExprError("E303", f"division by zero in `{ast.unparse(node)}`", node.col_offset)
-        return FUNCTIONS[node.func.id](*args)
+        return {**FUNCTIONS, **INDEX_MAP_FUNCTIONS}[node.func.id](*args)
     if isinstance(node, ast.Tuple):
         return tuple(_eval(e, env) for e in node.elts)
     if isinstance(node, ast.Subscript):

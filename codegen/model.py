@@ -10,6 +10,7 @@ import dataclasses
 import hashlib
 from typing import Any, Mapping
 
+from . import sharding as _sharding
 from . import tuning
 from .backends import DEFAULT_BACKENDS
 from .diagnostics import Diagnostic, Location, SpecError
@@ -44,6 +45,27 @@ class Param:
 
 
 @dataclasses.dataclass(frozen=True)
+class Init:
+    """How verify fills an input with test data (`init:`); `index` gives integers in [0, bound)."""
+
+    kind: str  # normal | uniform | positive | index | ones | zeros
+    low: float = 0.0
+    high: float = 1.0
+    mean: float = 0.0
+    std: float = 1.0
+    of: str | None = None  # index: the operand indexed into ...
+    dim: int = 0  # ... along this dim
+    bound_expr: Expr | None = None  # index: or this exclusive bound
+    loc: Location | None = None
+
+    def bound(self, env: Mapping[str, Any], shapes: Mapping[str, tuple]) -> int:
+        """The exclusive upper bound of an `index` initialiser for one case."""
+        if self.bound_expr is not None:
+            return self.bound_expr.eval(env)
+        return shapes[self.of][self.dim]
+
+
+@dataclasses.dataclass(frozen=True)
 class Operand:
     name: str
     role: str  # "input" | "output"
@@ -53,23 +75,35 @@ class Operand:
     doc: str
     loc: Location
     dtype_loc: Location
+    init: Init | None = None
+    prefetch: bool = False  # scalar prefetch: passed first, whole, in SMEM
 
     @property
     def rank(self) -> int:
         return len(self.shape)
 
 
+BLOCKED, SQUEEZED, ELEMENT, BOUNDED = "blocked", "squeezed", "element", "bounded_slice"
+
+
 @dataclasses.dataclass(frozen=True)
 class Block:
     operand: str
-    block_shape: tuple  # of Expr, or None for a squeezed dim
-    index_map: IndexMap
+    block_shape: tuple | None  # of Expr (the size, whatever the kind), or None for a squeezed dim; None: whole array
+    index_map: IndexMap | None  # None with block_shape None
     loc: Location
     shape_loc: Location
     # Mosaic GPU only: the block's shared-memory layout and release delay (plgpu.BlockSpec)
     tiling: tuple = ()  # of int; () for no TilingTransform
     swizzle: int | None = None
     delay_release: int = 0
+    kinds: tuple = ()  # per dim: BLOCKED, SQUEEZED, ELEMENT or BOUNDED
+    padding: tuple = ()  # per dim: (low, high) of an ELEMENT dim, else (0, 0)
+    memory_space: str | None = None  # any | hbm | vmem | smem | gmem; None: the backend's default
+    buffers: int | None = None  # pipeline_mode: pl.Buffered(buffers)
+
+    def kind(self, d: int) -> str:
+        return self.kinds[d] if self.kinds else (SQUEEZED if self.block_shape[d] is None else BLOCKED)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -106,6 +140,24 @@ class Cost:
     flops: Expr | None
     transcendentals: Expr | None
     bytes_accessed: Expr | None
+
+
+@dataclasses.dataclass(frozen=True)
+class CallOptions:
+    """pallas_call's name, metadata and debug options (`pallas_call:`)."""
+
+    name: str | None = None
+    metadata: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    debug: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
+class Vjp:
+    """A custom VJP: the backward kernel's spec name and the residuals the forward saves."""
+
+    backward: str
+    residuals: tuple  # of operand names
+    loc: Location
 
 
 @dataclasses.dataclass(frozen=True)
@@ -164,6 +216,21 @@ class KernelSpec:
     bench: tuple = ()  # of Case: large shapes for bench and tune
     cost: Cost | None = None
     kernel_sha: str = ""  # hash of what decides the generated code (see tuning.kernel_sha)
+    sharding: _sharding.Sharding | None = None  # the `sharding:` section (codegen/sharding.py)
+    aliases: Mapping[str, str] = dataclasses.field(default_factory=dict)  # output -> input it overwrites
+    aliases_loc: Location | None = None
+    call: CallOptions = CallOptions()
+    vjp: Vjp | None = None
+
+    @property
+    def prefetched(self) -> tuple:
+        """The scalar-prefetch inputs, in declared order."""
+        return tuple(o for o in self.inputs if o.prefetch)
+
+    @property
+    def call_order(self) -> tuple:
+        """Inputs as pallas_call takes them: scalar-prefetch inputs first."""
+        return self.prefetched + tuple(o for o in self.inputs if not o.prefetch)
 
     @property
     def operands(self) -> tuple:
@@ -175,6 +242,10 @@ class KernelSpec:
     @property
     def backends(self) -> tuple:
         return tuple(self.variants)
+
+
+# Compiler params that may be expressions over params (so `kspec tune` can search them).
+EXPR_COMPILER_PARAMS = frozenset({"num_warps", "num_stages", "max_concurrent_steps", "vmem_limit_bytes"})
 
 
 class _Builder:
@@ -250,9 +321,18 @@ class _Builder:
                     spec.get("doc", ""),
                     self.doc.key_loc(here),
                     self.doc.loc(here + ("dtype",)),
+                    self.init(spec.get("init"), here + ("init",)),
+                    bool(spec.get("prefetch", False)),
                 )
             )
         return tuple(out)
+
+    def init(self, raw: Mapping | None, at: tuple) -> Init | None:
+        if raw is None:
+            return None
+        numbers = {k: float(raw[k]) for k in ("low", "high", "mean", "std") if k in raw}
+        bound = self.expr(raw["bound"], at + ("bound",)) if "bound" in raw else None
+        return Init(raw["kind"], **numbers, of=raw.get("of"), dim=raw.get("dim", 0), bound_expr=bound, loc=self.doc.loc(at))
 
     def grid(self, raw: Any, at: tuple) -> tuple:
         if raw is None:
@@ -265,23 +345,35 @@ class _Builder:
         out = {}
         for name, spec in (raw or {}).items():
             here = at + (name,)
-            shape = tuple(
-                None if v is None else self.expr(v, here + ("block_shape", i))
-                for i, v in enumerate(spec["block_shape"])
-            )
-            imap = self.index_map(spec["index_map"], here + ("index_map",))
+            dims = [self.block_dim(v, here + ("block_shape", i)) for i, v in enumerate(spec.get("block_shape") or ())]
+            whole = "block_shape" not in spec
+            imap = None if whole else self.index_map(spec["index_map"], here + ("index_map",))
             transforms = spec.get("transforms") or {}
             out[name] = Block(
                 name,
-                shape,
+                None if whole else tuple(size for _, size, _ in dims),
                 imap,
                 self.doc.key_loc(here),
-                self.doc.loc(here + ("block_shape",)),
+                self.doc.loc(here + ("block_shape",)) if not whole else self.doc.key_loc(here),
                 tuple(transforms.get("tiling", ())),
                 transforms.get("swizzle"),
                 spec.get("delay_release", 0),
+                tuple(kind for kind, _, _ in dims),
+                tuple(pad for _, _, pad in dims),
+                spec.get("memory_space"),
+                (spec.get("pipeline_mode") or {}).get("buffered"),
             )
         return out
+
+    def block_dim(self, value: Any, at: tuple) -> tuple:
+        """(kind, size Expr or None, (low, high) padding) of one block_shape entry."""
+        if value is None:
+            return SQUEEZED, None, (0, 0)
+        if isinstance(value, dict) and "element" in value:
+            return ELEMENT, self.expr(value["element"], at + ("element",)), tuple(value.get("padding", (0, 0)))
+        if isinstance(value, dict):
+            return BOUNDED, self.expr(value["bounded_slice"], at + ("bounded_slice",)), (0, 0)
+        return BLOCKED, self.expr(value, at), (0, 0)
 
     def scratch(self, raw: Mapping, at: tuple) -> tuple:
         out = []
@@ -323,11 +415,18 @@ class _Builder:
                 params=tuple(params.values()),
                 scratch=self.scratch(over["scratch"], at + ("scratch",)) if "scratch" in over else base_scratch,
                 body=self.code(at + ("body",)) if "body" in over else base_body,
-                compiler_params=dict(over.get("compiler_params") or {}),
+                compiler_params=self.compiler_params(over.get("compiler_params"), at + ("compiler_params",)),
                 dtypes={k: tuple(v) for k, v in (over.get("dtypes") or {}).items()},
                 loc=self.doc.key_loc(at) if "backends" in data else self.doc.loc(()),
             )
         return out
+
+    def compiler_params(self, raw: Mapping | None, at: tuple) -> dict:
+        """Compiler params; numeric ones written as expressions (tunable) become Expr."""
+        return {
+            k: self.expr(v, at + (k,)) if k in EXPR_COMPILER_PARAMS and isinstance(v, str) else v
+            for k, v in (raw or {}).items()
+        }
 
     def cost(self, raw: Mapping | None) -> Cost | None:
         if raw is None:
@@ -335,6 +434,16 @@ class _Builder:
         at = ("cost_estimate",)
         parts = {k: self.expr(raw[k], at + (k,)) if k in raw else None for k in ("flops", "transcendentals", "bytes_accessed")}
         return Cost(**parts)
+
+    def call(self, raw: Mapping | None) -> CallOptions:
+        raw = raw or {}
+        return CallOptions(raw.get("name"), dict(raw.get("metadata") or {}), bool(raw.get("debug", False)))
+
+    def vjp(self, raw: Mapping | None, inputs: tuple) -> Vjp | None:
+        if raw is None:
+            return None
+        residuals = tuple(raw["residuals"]) if "residuals" in raw else tuple(o.name for o in inputs)
+        return Vjp(raw["backward"], residuals, self.doc.key_loc(("vjp",)))
 
     def cases(self, raw: list, key: str = "cases") -> tuple:
         out = []
@@ -399,6 +508,11 @@ def build(doc: Document) -> KernelSpec:
         bench=b.cases(data.get("bench"), "bench"),
         kernel_sha=tuning.kernel_sha(data),
         cost=b.cost(data.get("cost_estimate")),
+        sharding=_sharding.build(doc),
+        aliases=dict(data.get("input_output_aliases") or {}),
+        aliases_loc=doc.key_loc(("input_output_aliases",)) if "input_output_aliases" in data else None,
+        call=b.call(data.get("pallas_call")),
+        vjp=b.vjp(data.get("vjp"), inputs),
     )
     if b.errors:
         raise SpecError(b.errors)

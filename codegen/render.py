@@ -15,6 +15,7 @@ from pathlib import Path
 import jinja2
 
 from .backends import AUTO, BACKENDS
+from .expr import Expr
 from .model import KernelSpec, Variant
 
 TEMPLATES = Path(__file__).resolve().parent.parent / "templates"
@@ -237,7 +238,7 @@ class _Context:
             pipeline_indices=[names[n] for n in sequential],
             pipeline_in_specs=[specs[o.name] for o in self.spec.inputs],
             pipeline_out_specs=[specs[o.name] for o in self.spec.outputs],
-            max_concurrent_steps=depth,
+            max_concurrent_steps=depth.render() if isinstance(depth, Expr) else depth,
             compiler_params=self._params_call(variant.backend, params),
         )
 
@@ -304,6 +305,8 @@ class _Context:
         for key, value in params.items():
             if key == "lowering_semantics":
                 value_src = f"plgpu.LoweringSemantics.{value.capitalize()}"
+            elif isinstance(value, Expr):
+                value_src = value.render()
             elif isinstance(value, list):
                 value_src = _tuple(repr(v) for v in value)
             else:

@@ -32,6 +32,12 @@ def check(inst) -> list:
     return rule(inst) if rule else []
 
 
+def compiler_param(inst, key: str, default=None):
+    """A compiler param's value for this instance (expressions evaluated over its params)."""
+    value = inst.variant.compiler_params.get(key, default)
+    return value.eval(inst.env) if hasattr(value, "eval") else value
+
+
 def _where(inst) -> str:
     return f"case `{inst.case.name}` ({inst.variant.backend})"
 
@@ -164,7 +170,7 @@ def _bytes(n: int) -> str:
 
 
 def _tpu_vmem(inst) -> list:
-    limit = inst.variant.compiler_params.get("vmem_limit_bytes") or TPU_DEFAULT_VMEM_LIMIT
+    limit = compiler_param(inst, "vmem_limit_bytes") or TPU_DEFAULT_VMEM_LIMIT
     blocks = sum(_block_bytes(inst, o.name) for o in inst.spec.operands) * TPU_BUFFERS
     total = blocks + _scratch_bytes(inst, ("vmem",))
     if total <= limit:
@@ -183,8 +189,21 @@ def _tpu_vmem(inst) -> list:
 # -- Triton -------------------------------------------------------------------------
 
 
+TRITON_WARPS = (1, 2, 4, 8, 16, 32)
+
+
 def _triton(inst) -> list:
     out = []
+    warps = compiler_param(inst, "num_warps")
+    if warps is not None and warps not in TRITON_WARPS:
+        out.append(
+            Diagnostic(
+                "E713",
+                f"{_where(inst)}: num_warps is {warps}; Triton runs 1, 2, 4, 8, 16 or 32 warps per program",
+                inst.variant.loc,
+                "give num_warps (or the param it names) a power of two up to 32",
+            )
+        )
     for op in inst.spec.operands:
         for d, b in enumerate(inst.block_shapes[op.name]):
             if b is not None and b & (b - 1):
@@ -266,7 +285,7 @@ def _whole_load(node):
 def _mosaic_gpu(inst) -> list:
     out = _semantics_length(inst, "dimension_semantics", len(inst.grid), "grid axis", "grid axes")
     params = inst.variant.compiler_params
-    depth = params.get("max_concurrent_steps", 1)
+    depth = compiler_param(inst, "max_concurrent_steps", 1)
     blocked = [o.name for o in inst.spec.operands]
     blocks = sum(_block_bytes(inst, n) for n in blocked) * max(depth, 1)
     total = blocks + _scratch_bytes(inst, ("smem", "vmem")) + params.get("reduction_scratch_bytes", 2048)

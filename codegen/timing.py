@@ -51,8 +51,17 @@ def calibrate(call, target_s: float) -> int:
     return max(1, min(1000, int(target_s / once)))
 
 
-def sample(calls: dict, *, samples: int, target_s: float = 0.02) -> dict:
-    """{name: [seconds per call, one per sample]}, names sampled in alternation."""
+def warm_up(calls: dict, seconds: float = 0.5) -> None:
+    """Run the calls for a while first: clocks ramp up from idle, caches and allocators settle."""
+    deadline = time.perf_counter() + seconds
+    while time.perf_counter() < deadline:
+        for call in calls.values():
+            _block(call())
+
+
+def sample(calls: dict, *, samples: int, target_s: float = 0.02, warm_s: float = 0.5) -> dict:
+    """{name: [seconds per call, one per sample]}, names sampled in alternation after a warm-up."""
+    warm_up(calls, warm_s)
     reps = {name: calibrate(call, target_s) for name, call in calls.items()}
     times = {name: [] for name in calls}
     names = list(calls)

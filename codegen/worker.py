@@ -213,6 +213,7 @@ def _run(task: Task, start: float) -> dict:
     recorder = None
     if task.backend == "mosaic_tpu" and jax.default_backend() != "tpu":
         call, recorder, interpret_note = _tpu_interpret(call, task)
+    before = [np.asarray(x).copy() for x in prep.inputs]
     captured = io.StringIO()
     with contextlib.redirect_stdout(captured):
         outs = jax.block_until_ready(call(*prep.inputs))
@@ -221,10 +222,30 @@ def _run(task: Task, start: float) -> dict:
         race = _race_report(prep.inst, recorder, captured.getvalue())
         if race:
             return result(task, "fail", race + interpret_note, seconds=seconds)
+    clobbered = _clobbered(prep, before)
+    if clobbered:
+        return result(task, "fail", clobbered + interpret_note, seconds=seconds)
     out = check_outputs(task, prep, outs, seconds)
     if out["status"] != "pass":
         out["message"] += interpret_note
     return out
+
+
+def _clobbered(prep: Prepared, before: list) -> str | None:
+    """A message if the kernel changed an input it does not own (e.g. an out-of-bounds write)."""
+    donated = set(getattr(prep.spec, "donated_inputs", ()))
+    for op, x, old in zip(prep.spec.inputs, prep.inputs, before):
+        if op.name in donated or getattr(x, "is_deleted", lambda: False)():
+            continue
+        now = np.asarray(x)
+        same = np.array_equal(now, old, equal_nan=True) if now.dtype.kind in "fc" else np.array_equal(now, old)
+        if not same:
+            changed = int(np.sum(~((now == old) | ((now != now) & (old != old))))) if now.dtype.kind in "fc" else int(np.sum(now != old))
+            return (
+                f"input {op.name} changed during the kernel ({changed} of {now.size} elements): "
+                "the kernel wrote outside its outputs (an out-of-bounds store of a ragged block?)"
+            )
+    return None
 
 
 def check_outputs(task: Task, prep: Prepared, outs, seconds: float) -> dict:

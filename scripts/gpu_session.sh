@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
-# One GPU session: everything kspec proves and measures on an NVIDIA GPU, in one call.
+# One GPU session: everything kspec proves and measures on an NVIDIA GPU.
 #
-#   bash scripts/gpu_session.sh [STEP...]      steps: verify lower bench tune anchors (default: all)
+#   bash scripts/gpu_session.sh [STEP...]   steps: verify lower tune random bench (default: verify tune)
 #
 # On the lent GPU machine (jax + CUDA plugin installed, no jsonschema) the jsonschema
 # wheels travel in .whl/ (git-ignored; copy ../shared/wheels-py312/*.whl there). Results
-# go to $OUT (or ./out): verify-gpu.json, bench.json, bench.md, bench.png, tuning/.
+# go to $OUT (or ./out): verify-gpu.json, tuning.tgz (unpack at the repo root, then
+# `kspec generate` embeds the configs), bench.json, bench.md, bench.png.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-out}
@@ -17,19 +18,25 @@ if ! python3 -c "import jsonschema" 2>/dev/null && ls .whl/*.whl >/dev/null 2>&1
 fi
 export PYTHONPATH=$PWD:${PYTHONPATH:-}
 kspec() { python3 -c "import cli; cli.run()" "$@"; }
-steps=${*:-verify lower bench tune}
+# The bench case each kernel is tuned on (its largest).
+TUNE_CASES="matmul:b8192 matmul_bias_gelu:b8192 flash_attention:full flash_attention:causal softmax:b8192
+  layer_norm:b16Kx8192 rms_norm:b16Kx8192 add:b1GiB add_1d:b1GiB"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv | tee "$OUT/gpu.txt"
 python3 -c "import jax; print('jax', jax.__version__, jax.devices())" | tee -a "$OUT/gpu.txt"
-for step in $steps; do
-  echo "=== $step"
+for step in ${*:-verify tune}; do
+  echo "=== $step $(date +%T)"
   case $step in
-    verify) kspec verify --backend triton --backend mosaic_gpu --seed 11 --json "$OUT/verify-gpu.json" --junit "$OUT/verify-gpu.xml" 2>/dev/null ;;
+    verify) kspec verify --backend triton --backend mosaic_gpu --seed 11 \
+              --json "$OUT/verify-gpu.json" --junit "$OUT/verify-gpu.xml" 2>/dev/null ;;
     lower) kspec verify --lower --json "$OUT/lower.json" 2>/dev/null | tail -3 ;;
+    tune) for kc in $TUNE_CASES; do
+            kspec tune "specs/${kc%%:*}.yaml" --case "${kc##*:}" --samples 5 --seed 5 2>/dev/null | grep -v '^\[' 
+          done
+          tar czf "$OUT/tuning.tgz" tuning ;;
+    random) kspec tune specs/matmul.yaml --backend triton --case b8192 --strategy random --budget-trials 24 \
+              --samples 5 --seed 9 --tuning-dir /tmp/random 2>/dev/null | grep -v '^\['
+            tar czf "$OUT/tuning-random.tgz" -C /tmp random ;;
     bench) kspec bench --backend triton --backend mosaic_gpu --measure-ceilings --samples 15 \
              --json "$OUT/bench.json" --markdown "$OUT/bench.md" --plot "$OUT/bench.png" 2>/dev/null ;;
-    tune) kspec tune specs/matmul.yaml --backend triton --case b4096 --samples 5 --tuning-dir "$OUT/tuning" 2>/dev/null
-          kspec tune specs/matmul.yaml --backend triton --case b4096 --samples 5 --strategy random \
-             --budget-trials "${RANDOM_TRIALS:-8}" --seed 3 --tuning-dir "$OUT/tuning-random" 2>/dev/null ;;
-    anchors) python3 ../shared/perf/anchors_gpu.py ;;
   esac
 done

@@ -81,6 +81,7 @@ SPECS = {
     "E704": backend("  mosaic_tpu:\n    params: {bs: 64}\n    compiler_params: {dimension_semantics: [parallel, parallel]}\n"),
     "E711": backend("  triton:\n    params: {bs: 12}\n"),
     "E712": backend("  triton:\n    body: |\n      o_ref[...] = jnp.dot(x_ref[...], x_ref[...]) * x_ref[...]\n"),
+    "E713": backend("  triton:\n    params: {warps: 6}\n    compiler_params: {num_warps: warps}\n"),
     "E721": backend("  mosaic_gpu:\n    scratch:\n      buf: {shape: [256, 256], dtype: float32, memory_space: smem}\n"),
     "E722": backend("  mosaic_gpu:\n    params: {bs: 512}\n"),
 }
@@ -130,6 +131,7 @@ EXPECTED = {
     "E704": ['specs/bad.yaml:21:3: error[E704]: mosaic_tpu: dimension_semantics has 2 entries but the kernel has 1 grid axis', '  = help: give one entry per grid axis'],
     "E711": ['specs/bad.yaml:12:3: error[E711]: case `c` (triton): x block dim 0 is 12; Triton block dims must be powers of two', '  = help: use 16 (padding covers the ragged edge) or 8', 'specs/bad.yaml:13:3: error[E711]: case `c` (triton): o block dim 0 is 12; Triton block dims must be powers of two', '  = help: use 16 (padding covers the ragged edge) or 8'],
     "E712": ['specs/bad.yaml:12:3: error[E712]: case `c` (triton): x is a dot operand with block (8,); Triton dots need every dim >= 16', '  = help: make each block dim of x at least 16'],
+    "E713": ['specs/bad.yaml:21:3: error[E713]: case `c` (triton): num_warps is 6; Triton runs 1, 2, 4, 8, 16 or 32 warps per program', '  = help: give num_warps (or the param it names) a power of two up to 32'],
     "E721": ['specs/bad.yaml:21:3: error[E721]: case `c` (mosaic_gpu): shared memory estimate 258 KiB (blocks x 1 steps 0 KiB + scratch) exceeds 227 KiB per block on Hopper', '  = help: use smaller blocks or fewer max_concurrent_steps'],
     "E722": ['specs/bad.yaml:12:3: error[E722]: case `c` (mosaic_gpu): x block (512,) is too large for TMA, which copies at most 256 elements along each dim', '  = help: use smaller blocks and cover the rest with the grid', 'specs/bad.yaml:13:3: error[E722]: case `c` (mosaic_gpu): o block (512,) is too large for TMA, which copies at most 256 elements along each dim', '  = help: use smaller blocks and cover the rest with the grid'],
 }

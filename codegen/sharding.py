@@ -1,0 +1,310 @@
+"""The `sharding:` section: the kernel on a device mesh, wrapped in jax.shard_map.
+
+Two stages live here, as for the rest of the spec, but for this one section:
+  model  -- `build(doc)` turns the schema-valid section into a frozen `Sharding`;
+  checks -- `check(spec)` reports E8xx diagnostics: axis names, partition specs
+            against their operands, outputs against reductions, and, per case, that
+            the split dims divide evenly and that the per-shard problem (dims divided
+            by their mesh axes) passes the block, grid and backend rules.
+An axis sized by the device count (`devices`) has no size until a run knows how many
+devices there are: `kspec verify --devices N` calls `case_checks` with the sizes then.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Mapping
+
+from .diagnostics import Diagnostic, Location, did_you_mean
+
+REDUCTIONS = ("psum", "pmax", "pmin")  # lax collectives an output may be reduced with
+
+
+@dataclasses.dataclass(frozen=True)
+class MeshAxis:
+    name: str
+    size: int | None  # None: the devices left over after the sized axes
+    loc: Location
+
+
+@dataclasses.dataclass(frozen=True)
+class PartitionSpec:
+    """One operand's split: per dim, the mesh axes it is split over (() = not split)."""
+
+    operand: str
+    dims: tuple  # of tuples of axis names
+    dim_locs: tuple  # of Location, one per entry
+    loc: Location
+
+
+@dataclasses.dataclass(frozen=True)
+class Reduction:
+    output: str
+    op: str  # one of REDUCTIONS
+    axes: tuple
+    loc: Location
+
+
+@dataclasses.dataclass(frozen=True)
+class Sharding:
+    mesh: tuple  # of MeshAxis, in mesh order
+    specs: Mapping[str, PartitionSpec]  # operand -> spec; operands left out are replicated
+    axis_names: tuple  # the manual axes, in mesh order
+    check_vma: bool
+    reductions: Mapping[str, Reduction]
+    loc: Location
+    axis_names_loc: Location
+
+    def split(self, operand: str, rank: int) -> tuple:
+        """The operand's axes per dim, padded to its rank."""
+        spec = self.specs.get(operand)
+        dims = spec.dims if spec is not None else ()
+        return tuple(dims) + ((),) * max(rank - len(dims), 0)
+
+    def sizes(self, devices: int | None = None) -> dict:
+        """Axis -> size; the `devices` axis is None unless `devices` is given (and divides)."""
+        fixed = math.prod(a.size for a in self.mesh if a.size is not None)
+        rest = devices // fixed if devices and devices % fixed == 0 else None
+        return {a.name: a.size if a.size is not None else rest for a in self.mesh}
+
+    def unfit(self, devices: int) -> str | None:
+        """Why this mesh cannot be built from `devices` devices; None if it can."""
+        fixed = math.prod(a.size for a in self.mesh if a.size is not None)
+        shape = ", ".join(f"{a.name}={a.size or 'devices'}" for a in self.mesh)
+        if any(a.size is None for a in self.mesh):
+            return None if devices % fixed == 0 else f"mesh ({shape}) needs a multiple of {fixed} devices, have {devices}"
+        return None if fixed <= devices else f"mesh ({shape}) needs {fixed} devices, have {devices}"
+
+
+# -- model ----------------------------------------------------------------------
+
+
+def _axes(value) -> tuple:
+    if value is None:
+        return ()
+    return (value,) if isinstance(value, str) else tuple(value)
+
+
+def build(doc) -> Sharding | None:
+    """The `sharding:` section of a schema-valid document as a Sharding; None without one."""
+    raw = doc.data.get("sharding")
+    if raw is None:
+        return None
+    at = ("sharding",)
+    mesh = tuple(
+        MeshAxis(name, size if isinstance(size, int) else None, doc.key_loc(at + ("mesh", name)))
+        for name, size in raw["mesh"].items()
+    )
+    specs = {
+        name: PartitionSpec(
+            name,
+            tuple(_axes(v) for v in entries),
+            tuple(doc.loc(at + ("specs", name, i)) for i in range(len(entries))),
+            doc.key_loc(at + ("specs", name)),
+        )
+        for name, entries in (raw.get("specs") or {}).items()
+    }
+    reductions = {}
+    for name, entry in (raw.get("reductions") or {}).items():
+        (op, axes), = entry.items()
+        reductions[name] = Reduction(name, op, _axes(axes), doc.key_loc(at + ("reductions", name)))
+    return Sharding(
+        mesh=mesh,
+        specs=specs,
+        axis_names=tuple(raw.get("axis_names") or (a.name for a in mesh)),
+        check_vma=raw.get("check_vma", True),
+        reductions=reductions,
+        loc=doc.key_loc(at),
+        axis_names_loc=doc.loc(at + ("axis_names",)),
+    )
+
+
+# -- checks ---------------------------------------------------------------------
+
+
+def check(spec, per_case: bool = True) -> list:
+    """Every E8xx diagnostic of the spec's sharding; the per-case ones only with `per_case`
+    (the caller turns them off while the spec has other errors)."""
+    sh = spec.sharding
+    out = _mesh(sh) + _names(spec, sh)
+    if out:
+        return out
+    split, out = dim_split(spec)
+    out += _outputs(spec, sh, split)
+    if out or not per_case:
+        return out
+    sizes = sh.sizes()
+    for case in spec.cases:
+        out += case_checks(spec, case, sizes, split)
+    return out
+
+
+def _mesh(sh: Sharding) -> list:
+    free = [a for a in sh.mesh if a.size is None]
+    return [
+        Diagnostic(
+            "E807",
+            f"mesh axes `{free[0].name}` and `{a.name}` are both sized by the device count",
+            a.loc,
+            "size every axis but one with an integer",
+        )
+        for a in free[1:]
+    ]
+
+
+def _names(spec, sh: Sharding) -> list:
+    """E800 (unknown or non-manual axes), E801 (an axis twice in one spec), E802 (specs
+    and reductions that do not fit their operand)."""
+    out = []
+    mesh = [a.name for a in sh.mesh]
+    manual = set(sh.axis_names)
+
+    def known(axis: str, loc, used_in: str) -> bool:
+        if axis not in mesh:
+            out.append(Diagnostic("E800", f"{used_in}: unknown mesh axis `{axis}`", loc,
+                                  did_you_mean(axis, mesh) or f"mesh axes: {', '.join(mesh)}"))
+            return False
+        if axis not in manual and used_in != "axis_names":
+            out.append(Diagnostic("E800", f"{used_in}: mesh axis `{axis}` is not manual", loc,
+                                  f"add it to sharding.axis_names ({', '.join(sh.axis_names)})"))
+            return False
+        return True
+
+    for axis in sh.axis_names:
+        known(axis, sh.axis_names_loc, "axis_names")
+    operands = {o.name: o for o in spec.operands}
+    for name, ps in sh.specs.items():
+        op = operands.get(name)
+        if op is None:
+            out.append(Diagnostic("E802", f"partition spec for unknown operand `{name}`", ps.loc,
+                                  did_you_mean(name, operands)))
+            continue
+        if len(ps.dims) > op.rank:
+            out.append(Diagnostic("E802", f"{name}: partition spec has {len(ps.dims)} entries but {name} has rank {op.rank}",
+                                  ps.loc, "give at most one entry per dim; null leaves a dim whole"))
+        seen: dict = {}
+        for d, (axes, loc) in enumerate(zip(ps.dims, ps.dim_locs)):
+            for axis in axes:
+                if axis in seen:
+                    out.append(Diagnostic("E801", f"{name}: mesh axis `{axis}` splits both dim {seen[axis]} and dim {d}",
+                                          loc, "a mesh axis can split at most one dim of an operand"))
+                elif known(axis, loc, name):
+                    seen[axis] = d
+            if axes and d < op.rank and not _plain_dim(spec, op.shape[d]):
+                out.append(Diagnostic("E802", f"{name}: dim {d} is `{op.shape[d].source}`; only a dim named alone "
+                                      "in the shape can be split", loc, "split a dim whose shape entry is a dim name"))
+    for name, red in sh.reductions.items():
+        if name not in {o.name for o in spec.outputs}:
+            out.append(Diagnostic("E802", f"reduction for `{name}`, which is not an output", red.loc,
+                                  did_you_mean(name, [o.name for o in spec.outputs])))
+        for axis in red.axes:
+            known(axis, red.loc, f"{name} {red.op}")
+    return out
+
+
+def _plain_dim(spec, e) -> bool:
+    return e is not None and e.source in spec.dims
+
+
+def dim_split(spec) -> tuple:
+    """({dim: axes it is split over}, E803 diagnostics): a dim is split the same way in every
+    input it appears in, or the per-shard inputs would disagree on its size."""
+    sh = spec.sharding
+    split: dict = {}
+    where: dict = {}
+    out = []
+    for op in spec.inputs:
+        for d, (e, axes) in enumerate(zip(op.shape, sh.split(op.name, op.rank))):
+            if not _plain_dim(spec, e):
+                continue
+            dim = e.source
+            if dim not in split:
+                split[dim], where[dim] = axes, op.name
+            elif split[dim] != axes:
+                ps = sh.specs.get(op.name)
+                loc = ps.dim_locs[d] if ps is not None and d < len(ps.dim_locs) else op.loc
+                out.append(Diagnostic("E803", f"dim {dim} is split over {_shown(axes)} in {op.name} but over "
+                                      f"{_shown(split[dim])} in {where[dim]}", loc,
+                                      f"split {dim} the same way in every input"))
+    return split, out
+
+
+def _shown(axes: tuple) -> str:
+    return "(" + ", ".join(axes) + ")" if axes else "nothing"
+
+
+def _outputs(spec, sh: Sharding, split: dict) -> list:
+    """E805: each output dim is split as its dim is in the inputs, and every axis the inputs
+    are split over either splits the output or is reduced over."""
+    out = []
+    input_axes = {a for op in spec.inputs for axes in sh.split(op.name, op.rank) for a in axes}
+    for op in spec.outputs:
+        ps = sh.specs.get(op.name)
+        loc = ps.loc if ps is not None else sh.loc
+        own = sh.split(op.name, op.rank)
+        for d, (e, axes) in enumerate(zip(op.shape, own)):
+            want = split.get(e.source, ()) if _plain_dim(spec, e) else ()
+            if axes != want:
+                dim_loc = ps.dim_locs[d] if ps is not None and d < len(ps.dim_locs) else loc
+                out.append(Diagnostic("E805", f"{op.name}: dim {d} ({e.source}) is split over {_shown(axes)} but the "
+                                      f"inputs split {e.source} over {_shown(want)}", dim_loc,
+                                      f"split {op.name} dim {d} as the inputs split {e.source}"))
+        red = sh.reductions.get(op.name)
+        reduced = set(red.axes) if red else set()
+        mine = {a for axes in own for a in axes}
+        for axis in sorted(input_axes - mine - reduced, key=[a.name for a in sh.mesh].index):
+            out.append(Diagnostic("E805", f"{op.name}: the inputs are split over `{axis}` but {op.name} is neither "
+                                  f"split nor reduced over it", loc,
+                                  f"add `reductions: {{{op.name}: {{psum: [{axis}]}}}}` if each shard holds a partial "
+                                  f"{op.name}, or split {op.name} over {axis}"))
+        for axis in sorted(reduced & mine):
+            out.append(Diagnostic("E805", f"{op.name}: reduced over `{axis}`, which also splits it", red.loc))
+        for axis in sorted(reduced - input_axes - mine):
+            out.append(Diagnostic("E805", f"{op.name}: reduced over `{axis}`, which splits no input", red.loc,
+                                  f"every shard along {axis} holds the same {op.name}: drop the reduction"))
+    return out
+
+
+def case_checks(spec, case, sizes: dict, split: dict | None = None) -> list:
+    """E804 and E806 for one case, with the axis sizes known (None for an unsized axis:
+    its dims are checked against the sized axes only, and per shard not at all)."""
+    if split is None:
+        split, _ = dim_split(spec)
+    out, per_shard = [], dict(case.dims)
+    for dim, axes in split.items():
+        if not axes or dim not in case.dims:
+            continue
+        known = math.prod(sizes[a] for a in axes if sizes.get(a))
+        n = case.dims[dim]
+        if n % known:
+            shown = " x ".join(f"{a}={sizes[a]}" for a in axes if sizes.get(a))
+            out.append(Diagnostic("E804", f"case `{case.name}`: {dim}={n} is split over {shown} = {known} devices, "
+                                  "which does not divide it", case.loc, f"make {dim} a multiple of {known}"))
+        if any(sizes.get(a) is None for a in axes):
+            per_shard = None
+        elif per_shard is not None:
+            per_shard[dim] = n // known
+    if out or per_shard is None or per_shard == dict(case.dims):
+        return out
+    return _per_shard(spec, dataclasses.replace(case, dims=per_shard))
+
+
+def _per_shard(spec, case) -> list:
+    """E806: the block, grid and backend rules on the per-shard problem."""
+    from . import checks, rules
+
+    shown = ", ".join(f"{k}={v}" for k, v in case.dims.items())
+    out = []
+    for variant in spec.variants.values():
+        for dtypes in checks.dtype_assignments(spec, case):
+            if not variant.supports(dtypes):
+                continue
+            inst, found = checks.instantiate(spec, variant, case, dtypes)
+            found += rules.check(inst) if inst is not None else []
+            out += [
+                Diagnostic("E806", f"per shard ({shown}): {d.message} [{d.code}]", d.loc, d.hint)
+                for d in found
+                if d.severity == "error"
+            ]
+    return out
