@@ -148,22 +148,35 @@ def verify(
     lower: bool = typer.Option(False, "--lower", help="Lower each backend for its own platform instead of running."),
     timeout: float = typer.Option(300.0, "--timeout", help="Seconds allowed per case."),
     repeat: int = typer.Option(1, "--repeat", min=1, help="Run everything with N seeds: seed, seed+1, ..."),
+    devices: Optional[int] = typer.Option(
+        None, "--devices", min=1,
+        help="Verify the sharded variants (specs with `sharding:`) on a mesh of N devices instead "
+        "(on the CPU, N forced host devices).",
+    ),
 ) -> None:
     """Run every case x dtype x backend this machine can run against the reference (exit 1 on any failure)."""
     import json
 
     from codegen import verify as v
 
-    results, session, seed = _start_run(paths, backend, seed, timeout)
+    results, session, seed = _start_run(paths, backend, seed, timeout, devices)
     info = session.info
-    tasks, skipped = v.plan(
-        results, backends=backend or [], cases=case or [], seed=seed, lower=lower, platform=info["platform"],
-        repeat=repeat,
-    )
+    if devices:
+        tasks, skipped = v.plan_sharded(
+            results, devices=devices, device_count=info["device_count"], backends=backend or [], cases=case or [],
+            seed=seed, platform=info["platform"],
+        )
+    else:
+        tasks, skipped = v.plan(
+            results, backends=backend or [], cases=case or [], seed=seed, lower=lower, platform=info["platform"],
+            repeat=repeat,
+        )
     try:
         outcomes = _run_with_progress(session, tasks)
     finally:
         session.close()
+    outcomes += [r for r in skipped if r["status"] != "skip"]  # --devices: errors found while planning
+    skipped = [r for r in skipped if r["status"] == "skip"]
     rows = outcomes + skipped
     typer.echo(_table(outcomes))
     for (name, why), n in sorted(Counter((r["backend"], r["message"]) for r in skipped).items()):
@@ -304,7 +317,8 @@ def _tune_case(session, store, done, spec, variant, index, case, assign, suite, 
 
     label = ",".join(dict.fromkeys(assign[o.name] for o in spec.inputs))
     dims = tuple(case.dims[d] for d in spec.dims)
-    base = {"backend": variant.backend, "bucket": list(tg.bucket(dims)), "dtype": label,
+    untuned = {p.name: case.params.get(p.name, p.default) for p in variant.params if not p.choices}
+    base = {"backend": variant.backend, "bucket": list(tg.bucket(dims)), "dtype": label, "fixed": untuned,
             "jax_version": info["jax_version"], "kernel_sha": spec.kernel_sha, "case": case.name}
     kept, pruned = tn.prune(spec, variant, case, assign, tn.space(variant))
     for cfg, why in pruned:
@@ -326,7 +340,8 @@ def _tune_case(session, store, done, spec, variant, index, case, assign, suite, 
             if row["status"] != "pass":
                 typer.echo(f"  rejected {entry['params']}: {row['status']}: {entry['message']}")
     current = [e for e in store.entries if e["backend"] == variant.backend and e["dtype"] == label
-               and e["bucket"] == base["bucket"] and e["kernel_sha"] == spec.kernel_sha and e["status"] == "pass"]
+               and e["bucket"] == base["bucket"] and tg.fixed(e) == tg.fixed(base)
+               and e["kernel_sha"] == spec.kernel_sha and e["status"] == "pass"]
     if not current:
         typer.echo("  no config passed")
         return True
@@ -353,7 +368,7 @@ def _stream_with_progress(session, task, total: int):
         yield row
 
 
-def _start_run(paths, backends, seed, timeout):
+def _start_run(paths, backends, seed, timeout, devices=None):
     """Shared start of verify/bench/tune: check specs and drift, start a worker, print the seed."""
     import secrets
 
@@ -376,7 +391,7 @@ def _start_run(paths, backends, seed, timeout):
         raise typer.Exit(1)
     seed = seed if seed is not None else secrets.randbelow(2**31)
     typer.echo(f"seed: {seed}  (reproduce with --seed {seed})")
-    session = v.Session(v.worker_env(), timeout)
+    session = v.Session(v.worker_env(devices), timeout)
     info = session.info
     typer.echo(f"jax {info['jax_version']} on {info['platform']} ({info['device']})")
     return results, session, seed

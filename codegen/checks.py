@@ -383,7 +383,7 @@ def _aliases(spec: KernelSpec) -> list:
         elif [e.source for e in o.shape] != [e.source for e in i.shape]:
             shown = lambda x: "[" + ", ".join(e.source for e in x.shape) + "]"  # noqa: E731
             problem = f"output {o_name} has shape {shown(o)} but input {i_name} has {shown(i)}", None
-        elif (o.follows or o.dtypes) != (i.name if o.follows else (i.follows or i.dtypes)) and o.follows != i.follows:
+        elif _dtype_root(spec, o) != _dtype_root(spec, i):
             problem = f"output {o_name} and input {i_name} may differ in dtype", f"write `dtype: {i.follows or i_name}` for {o_name}"
         seen.setdefault(i_name, o_name)
         if problem:
@@ -395,6 +395,13 @@ def _aliases(spec: KernelSpec) -> list:
             out.append(Diagnostic("E412", f"input_output_aliases: the {v.backend} backend does not alias buffers", spec.aliases_loc,
                                   "drop the alias or this backend"))
     return out
+
+
+def _dtype_root(spec: KernelSpec, op):
+    """What decides an operand's dtype: a fixed dtype, or the input whose choice it takes."""
+    if op.follows:
+        op = spec.operand(op.follows)
+    return (op.dtypes[0],) if len(op.dtypes) == 1 or op.role == "output" else op.name
 
 
 def _backend_surface(spec: KernelSpec, v: Variant) -> list:
@@ -570,7 +577,7 @@ def instantiate(spec: KernelSpec, v: Variant, case: Case, dtypes: dict) -> tuple
     blocks = {}
     for op in spec.operands:
         b = v.blocks.get(op.name)
-        if b is None:
+        if b is None or b.block_shape is None:
             blocks[op.name] = shapes.get(op.name)
             continue
         blocks[op.name] = tuple(None if e is None else size(e, f"{op.name}.block_shape") for e in b.block_shape)
@@ -595,19 +602,56 @@ def grid_points(grid: tuple):
     return itertools.product(*sample), False
 
 
+class _Filled:
+    """A scalar-prefetch array as the bounds check sees it: every entry one value of its range."""
+
+    def __init__(self, length: int, value: int):
+        self.length, self.value = length, value
+
+    def __len__(self) -> int:
+        return self.length
+
+    def __getitem__(self, index: int) -> int:
+        return self.value
+
+
+def _prefetch_fills(inst: Instance) -> list:
+    """[(env additions, label)]: the prefetch refs all at the low end of their range, then all at the high end."""
+    low, high = {}, {}
+    for op in inst.spec.prefetched:
+        init = op.init
+        if init is None or init.kind != "index":
+            return [({}, "")]  # E410 reported it; the refs stay unknown (NotEvaluable)
+        try:
+            bound = init.bound(inst.env, inst.shapes)
+        except (ExprError, NotEvaluable, KeyError, IndexError):
+            return [({}, "")]
+        n = inst.shapes[op.name][0]
+        low[op.name], high[op.name] = _Filled(n, 0), _Filled(n, max(bound - 1, 0))
+    if not low:
+        return [({}, "")]
+    shown = lambda fill: ", ".join(f"{k}[...] = {f.value}" for k, f in fill.items())  # noqa: E731
+    return [(low, f" with {shown(low)}"), (high, f" with {shown(high)}")]
+
+
 def _bounds_and_coverage(inst: Instance) -> list:
     out = []
     v, case = inst.variant, inst.case
+    fills = _prefetch_fills(inst)
+    prefetched = {o.name for o in inst.spec.prefetched}
     for op in inst.spec.operands:
         block = v.blocks.get(op.name)
-        if block is None:
+        if block is None or block.index_map is None:
             continue
         shape, bshape = inst.shapes[op.name], inst.block_shapes[op.name]
         points, exhaustive = grid_points(inst.grid)
+        exhaustive = exhaustive and not (block.index_map.names | set(block.index_map.args)) & prefetched
+        exhaustive_kinds = all(block.kind(d) in (BLOCKED, SQUEEZED) for d in range(len(bshape)))
+        exhaustive = exhaustive and exhaustive_kinds
         visited = set()
         reported = False
-        for point in points:
-            env = dict(inst.env)
+        for point, (fill, label) in itertools.product(points, fills):
+            env = dict(inst.env, **fill)
             env.update(zip(block.index_map.args, point))
             try:
                 idx = block.index_map.eval(env)
@@ -617,16 +661,16 @@ def _bounds_and_coverage(inst: Instance) -> list:
             except ExprError as err:
                 out.append(Diagnostic(err.code, f"case `{case.name}`: {op.name}.index_map: {err.message}", block.index_map.loc))
                 break
-            bad = _out_of_bounds(idx, shape, bshape)
+            bad = _out_of_bounds(idx, shape, bshape, block)
             if bad is not None and not reported:
-                d, value, limit = bad
+                d, what, hint = bad
                 out.append(
                     Diagnostic(
                         "E502",
-                        f"case `{case.name}`: {op.name}.index_map at grid point {point} gives block index {idx}; "
-                        f"dim {d} is {value}, valid 0..{limit - 1}",
+                        f"case `{case.name}`: {op.name}.index_map at grid point {point}{label} gives "
+                        f"{'block index ' if exhaustive_kinds else ''}{_shown(idx)}; dim {d} {what}",
                         block.index_map.loc,
-                        f"{op.name} dim {d} has {shape[d]} elements in blocks of {bshape[d] or 1}",
+                        f"{op.name} dim {d} {hint}",
                     )
                 )
                 reported = True
@@ -637,11 +681,33 @@ def _bounds_and_coverage(inst: Instance) -> list:
     return out
 
 
-def _out_of_bounds(idx, shape, bshape):
+def _shown(idx: tuple) -> str:
+    parts = [f"ds({i.start}, {i.size})" if isinstance(i, Slice) else repr(i) for i in idx]
+    return "(" + ", ".join(parts) + ("," if len(parts) == 1 else "") + ")"
+
+
+def _out_of_bounds(idx, shape, bshape, block):
+    """(dim, what is wrong, hint) for the first dim of an index map result out of bounds, or None."""
     for d, (i, n, b) in enumerate(zip(idx, shape, bshape)):
+        kind = block.kind(d)
+        if kind == BOUNDED:
+            if not isinstance(i, Slice):
+                return d, f"is {i!r}, not ds(start, size)", f"is a bounded_slice of at most {b}: return ds(start, size)"
+            if i.start < 0 or not 1 <= i.size <= b or i.start + i.size > n:
+                return d, f"is ds({i.start}, {i.size}), valid start >= 0, size 1..{b}, start + size <= {n}", f"has {n} elements in slices of at most {b}"
+            continue
+        if isinstance(i, bool) or not isinstance(i, int):
+            return d, f"is {i!r}, not an integer", "takes an integer (ds(...) only for bounded_slice dims)"
+        if kind == ELEMENT:
+            lo, hi = block.padding[d]
+            last = n + lo + hi - b
+            if not 0 <= i <= last:
+                pad = f" (+ padding {lo}, {hi})" if lo or hi else ""
+                return d, f"is element offset {i}, valid 0..{last}", f"has {n} elements{pad} in windows of {b}"
+            continue
         count = n if b is None else -(-n // b)
-        if not isinstance(i, int) or not 0 <= i < count:
-            return d, i, count
+        if not 0 <= i < count:
+            return d, f"is {i}, valid 0..{count - 1}", f"has {n} elements in blocks of {b or 1}"
     return None
 
 

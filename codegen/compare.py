@@ -12,9 +12,14 @@ def _as_f64(x) -> np.ndarray:
     return a.astype(np.float64) if a.dtype.kind != "c" else a.astype(np.complex128)
 
 
+DEVICE_THRESHOLD = 1 << 22  # elements; larger outputs are compared on the device
+
+
 def compare(out, ref, atol: float, rtol: float) -> dict:
     """Metrics and a verdict. An element passes when |out - ref| <= atol + rtol * |ref|;
     a NaN or Inf where the reference is finite never passes."""
+    if getattr(out, "size", 0) > DEVICE_THRESHOLD and getattr(out, "shape", None) == getattr(ref, "shape", None):
+        return _compare_on_device(out, ref, atol, rtol)
     o, r = _as_f64(out), _as_f64(ref)
     if o.shape != r.shape:
         return {"passed": False, "message": f"shape {o.shape} differs from the reference's {r.shape}"}
@@ -50,3 +55,44 @@ def compare(out, ref, atol: float, rtol: float) -> dict:
             f"worst at {tuple(int(i) for i in worst)}: got {o[worst].item():.6g}, expected {r[worst].item():.6g}"
         )
     return dict(metrics, passed=passed, message=message)
+
+
+def _compare_on_device(out, ref, atol: float, rtol: float) -> dict:
+    """compare() for big arrays, in float32 on the arrays' device: same rule, same metrics."""
+    import jax
+    import jax.numpy as jnp
+
+    @jax.jit
+    def metrics(o, r):
+        o, r = o.astype(jnp.float32), r.astype(jnp.float32)
+        finite_ref, finite_out = jnp.isfinite(r), jnp.isfinite(o)
+        both = finite_ref & finite_out
+        diff = jnp.where(both, jnp.abs(o - r), 0.0)
+        within = jnp.where(both, diff <= atol + rtol * jnp.abs(r), False)
+        within |= ~finite_ref & ((jnp.isnan(o) & jnp.isnan(r)) | (o == r))
+        denom = jnp.maximum(jnp.abs(r), atol if atol > 0 else jnp.finfo(jnp.float32).tiny)
+        worst = jnp.argmax(jnp.where(within, -1.0, diff + 1.0))
+        return (jnp.max(diff), jnp.max(jnp.where(both, diff / denom, 0.0)), jnp.linalg.norm(diff),
+                jnp.linalg.norm(jnp.where(finite_ref, r, 0.0)), jnp.sum(within), jnp.sum(finite_ref & ~finite_out),
+                worst, o.ravel()[worst], r.ravel()[worst])
+
+    max_abs, max_rel, err_norm, ref_norm, n_within, bad, worst, got, want = (
+        v.item() for v in metrics(out, ref)
+    )
+    n = int(out.size)
+    passed = n_within == n
+    if passed:
+        message = ""
+    elif bad:
+        message = f"{bad} element(s) are NaN/Inf where the reference is finite"
+    else:
+        index = tuple(int(i) for i in np.unravel_index(worst, out.shape))
+        message = f"{n - n_within} of {n} elements outside tolerance; worst at {index}: got {got:.6g}, expected {want:.6g}"
+    return {
+        "max_abs_err": float(max_abs),
+        "max_rel_err": float(max_rel),
+        "rel_err": float(err_norm / ref_norm) if ref_norm > 0 else float(err_norm),
+        "frac_within_tol": n_within / n,
+        "passed": bool(passed),
+        "message": message,
+    }

@@ -195,7 +195,7 @@ def _check(node: ast.AST, names: set, subscripts: bool, lead: int, top: bool = T
     elif isinstance(node, ast.Call):
         allowed = FUNCTIONS.keys() | (INDEX_MAP_FUNCTIONS.keys() if subscripts else set())
         if not isinstance(node.func, ast.Name) or node.func.id not in allowed:
-            raise bad("calling anything but min, max, cdiv" + (" or ds" if subscripts else ""))
+            raise bad("calling anything but min, max, cdiv or ds" if subscripts else "calling anything but min, max or cdiv")
         if node.keywords or any(isinstance(a, ast.Starred) for a in node.args):
             raise bad("keyword or starred arguments")
         # min/max of one int would iterate over it; cdiv and ds take exactly two

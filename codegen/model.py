@@ -152,15 +152,6 @@ class CallOptions:
 
 
 @dataclasses.dataclass(frozen=True)
-class Vjp:
-    """A custom VJP: the backward kernel's spec name and the residuals the forward saves."""
-
-    backward: str
-    residuals: tuple  # of operand names
-    loc: Location
-
-
-@dataclasses.dataclass(frozen=True)
 class Variant:
     """The kernel as one backend sees it, after that backend's overrides."""
 
@@ -220,7 +211,6 @@ class KernelSpec:
     aliases: Mapping[str, str] = dataclasses.field(default_factory=dict)  # output -> input it overwrites
     aliases_loc: Location | None = None
     call: CallOptions = CallOptions()
-    vjp: Vjp | None = None
 
     @property
     def prefetched(self) -> tuple:
@@ -439,12 +429,6 @@ class _Builder:
         raw = raw or {}
         return CallOptions(raw.get("name"), dict(raw.get("metadata") or {}), bool(raw.get("debug", False)))
 
-    def vjp(self, raw: Mapping | None, inputs: tuple) -> Vjp | None:
-        if raw is None:
-            return None
-        residuals = tuple(raw["residuals"]) if "residuals" in raw else tuple(o.name for o in inputs)
-        return Vjp(raw["backward"], residuals, self.doc.key_loc(("vjp",)))
-
     def cases(self, raw: list, key: str = "cases") -> tuple:
         out = []
         for i, case in enumerate(raw or []):
@@ -512,7 +496,6 @@ def build(doc: Document) -> KernelSpec:
         aliases=dict(data.get("input_output_aliases") or {}),
         aliases_loc=doc.key_loc(("input_output_aliases",)) if "input_output_aliases" in data else None,
         call=b.call(data.get("pallas_call")),
-        vjp=b.vjp(data.get("vjp"), inputs),
     )
     if b.errors:
         raise SpecError(b.errors)

@@ -72,6 +72,23 @@ def _gpu_layout(block) -> str:
     return ", ".join(kwargs)
 
 
+# How each block memory_space is spelled, per backend family.
+MEMORY_SPACES = {"any": "pl.ANY", "hbm": "pltpu.HBM", "vmem": "pltpu.VMEM", "smem": "pltpu.SMEM"}
+GPU_MEMORY_SPACES = {"gmem": "plgpu.GMEM", "smem": "plgpu.SMEM"}
+
+
+def _block_dim(block, d: int) -> str:
+    """One block_shape entry as Pallas spells it."""
+    kind, size = block.kind(d), block.block_shape[d]
+    if kind == "squeezed":
+        return "pl.squeezed"
+    if kind == "element":
+        return f"pl.Element({size.render()}, {_tuple(map(str, block.padding[d]))})"
+    if kind == "bounded_slice":
+        return f"pl.BoundedSlice({size.render()})"
+    return size.render()
+
+
 def _grid_indices(variant: Variant) -> dict:
     """{name: axis} of the named grid axes the body mentions: the body receives these
     indices as keyword arguments (a list grid has no names, so none)."""
@@ -177,12 +194,16 @@ class _Context:
     def kernel(self, variant: Variant) -> dict:
         spec = self.spec
         backend = BACKENDS[variant.backend]
-        refs = [f"{o.name}_ref" for o in spec.operands] + [f"{s.name}_ref" for s in variant.scratch]
+        refs = [f"{o.name}_ref" for o in spec.call_order + spec.outputs] + [f"{s.name}_ref" for s in variant.scratch]
         indices = _grid_indices(variant)
         kwargs = [p.name for p in variant.params] + list(spec.dims)
         static = [p.name for p in variant.params] + (["interpret"] if backend.interpret == "interpret" else [])
+        # manual_axis_type: inside jax.shard_map(check_vma=True) the outputs vary over the
+        # mesh axes the inputs vary over; outside it is empty and changes nothing.
+        varying = f"_signature.manual_axis_type({', '.join(self.inputs)})"
         out_shapes = [
-            f"jax.ShapeDtypeStruct({_tuple(e.render() for e in o.shape)}, {_dtype_expr(spec, o)})"
+            f"jax.ShapeDtypeStruct({_tuple(e.render() for e in o.shape)}, {_dtype_expr(spec, o)}, "
+            f"manual_axis_type={varying})"
             for o in spec.outputs
         ]
         out_specs = [self._block(variant, o) for o in spec.outputs]
@@ -204,11 +225,19 @@ class _Context:
                 variant, ("interpret=False",) if backend.interpret == "interpret" else (), tuned=True
             ),
             tunable=[p.name for p in variant.params if p.choices],
+            untuned=[p.name for p in variant.params if not p.choices],
             static_argnames=_tuple(f'"{s}"' for s in static),
             input_docs=input_docs,
             out_shape=out_shapes[0] if len(out_shapes) == 1 else "[" + ", ".join(out_shapes) + "]",
             grid=_tuple(a.size.render() for a in variant.grid),
-            in_specs=[self._block(variant, o) for o in spec.inputs],
+            in_specs=[self._block(variant, o) for o in spec.call_order if not o.prefetch],
+            call_inputs=[o.name for o in spec.call_order],
+            num_scalar_prefetch=len(spec.prefetched),
+            aliases=self._aliases(),
+            alias_docs=[f"{o} is written in place of {i}" for o, i in spec.aliases.items()],
+            call_name=spec.call.name or spec.name,
+            metadata=repr(dict(sorted(spec.call.metadata.items()))) if spec.call.metadata else None,
+            debug=spec.call.debug,
             out_specs=out_specs[0] if len(out_specs) == 1 else "[" + ", ".join(out_specs) + "]",
             scratch_shapes=[self._scratch(variant, s) for s in variant.scratch],
             compiler_params=self._compiler_params(variant),
@@ -242,6 +271,15 @@ class _Context:
             compiler_params=self._params_call(variant.backend, params),
         )
 
+    def _aliases(self) -> str | None:
+        """pallas_call's input_output_aliases: {input position in the call: output position}."""
+        if not self.spec.aliases:
+            return None
+        ins = [o.name for o in self.spec.call_order]
+        outs = [o.name for o in self.spec.outputs]
+        pairs = sorted((ins.index(i), outs.index(o)) for o, i in self.spec.aliases.items())
+        return "{" + ", ".join(f"{i}: {o}" for i, o in pairs) + "}"
+
     def _cost(self) -> str | None:
         cost = self.spec.cost
         if cost is None:
@@ -267,16 +305,21 @@ class _Context:
             names, sequential = pipeline
             grid_args = [names[n] for n in sequential]
         else:
-            grid_args = [f"_{i}" for i in range(len(variant.grid))]
+            grid_args = [f"_{i}" for i in range(len(variant.grid))] + [f"_{o.name}" for o in self.spec.prefetched]
         if block is None:
             zeros = _tuple("0" for _ in op.shape)
             return f"pl.BlockSpec({_tuple(e.render() for e in op.shape)}, {_lambda(grid_args, zeros)})"
-        shape = _tuple("pl.squeezed" if e is None else e.render() for e in block.block_shape)
+        spaces = GPU_MEMORY_SPACES if variant.backend == "mosaic_gpu" else MEMORY_SPACES
+        extra = [f"pipeline_mode=pl.Buffered({block.buffers})"] if block.buffers else []
+        extra += [f"memory_space={spaces[block.memory_space]}"] if block.memory_space else []
+        if block.block_shape is None:  # the whole array, in its memory space
+            return f"pl.BlockSpec({', '.join(extra)})"
+        shape = _tuple(_block_dim(block, d) for d in range(len(block.block_shape)))
         index_map = block.index_map.render() if pipeline is None else _pipelined(block.index_map, *pipeline)
-        layout = _gpu_layout(block)
-        if layout:  # only mosaic_gpu blocks can have one (the schema sees to it)
-            return f"plgpu.BlockSpec({shape}, {index_map}, {layout})"
-        return f"pl.BlockSpec({shape}, {index_map})"
+        layout = [kw for kw in [_gpu_layout(block)] if kw] + extra
+        if variant.backend == "mosaic_gpu" and layout:
+            return f"plgpu.BlockSpec({shape}, {index_map}, {', '.join(layout)})"
+        return f"pl.BlockSpec({', '.join([shape, index_map] + extra)})"
 
     def _scratch(self, variant: Variant, s) -> str:
         shape = _tuple(e.render() for e in s.shape)
@@ -319,9 +362,9 @@ class _Context:
 
         table = []
         for device_kind, entries in sorted(tuned.items()):
-            for (backend, dtype, bucket), params in tuning.best(entries, self.spec.kernel_sha).items():
+            for (backend, dtype, bucket, fixed), params in tuning.best(entries, self.spec.kernel_sha).items():
                 if backend in self.spec.variants:
-                    table.append((repr((device_kind, backend, dtype, bucket)), repr(params)))
+                    table.append((repr((device_kind, backend, dtype, bucket, fixed)), repr(params)))
         defaults = [
             (repr(b), repr({p.name: p.default for p in v.params if p.choices})) for b, v in self.spec.variants.items()
         ]
@@ -355,6 +398,37 @@ class _Context:
             params_dict="{" + ", ".join(f'"{p}": {p}' for p in params) + "}",
         )
 
+    def sharded(self) -> dict:
+        """sharded.py: the mesh, the partition specs and the reductions of `sharding:`."""
+        spec, sh = self.spec, self.spec.sharding
+
+        def pspec(name: str) -> str:
+            ps = sh.specs.get(name)
+            entries = ps.dims if ps is not None else ()
+            shown = ["None" if not a else f'"{a[0]}"' if len(a) == 1 else _tuple(f'"{x}"' for x in a) for a in entries]
+            return f"P({', '.join(shown)})"
+
+        def reduced(o) -> str:
+            red = sh.reductions.get(o.name)
+            if red is None:
+                return o.name
+            axes = _tuple(f'"{a}"' for a in red.axes)
+            return f"lax.{red.op}({o.name}, {axes})"
+
+        out_specs = [pspec(o.name) for o in spec.outputs]
+        return dict(
+            self.common(),
+            outputs=[o.name for o in spec.outputs],
+            returns_expr=", ".join(reduced(o) for o in spec.outputs),
+            params=list(dict.fromkeys(p.name for v in spec.variants.values() for p in v.params)),
+            mesh_axes="{" + ", ".join(f'"{a.name}": {a.size}' for a in sh.mesh) + "}",
+            axis_names="frozenset({" + ", ".join(f'"{a}"' for a in sh.axis_names) + "})",
+            in_specs=_tuple(pspec(o.name) for o in spec.inputs),
+            out_specs=out_specs[0] if len(out_specs) == 1 else _tuple(out_specs),
+            check_vma=sh.check_vma,
+            has_tpu="mosaic_tpu" in spec.variants,
+        )
+
 
 def render(spec: KernelSpec, spec_path: str, tuned: dict | None = None) -> dict:
     """{relative file name: content} for generated/<name>/. Content has no banner.
@@ -371,6 +445,8 @@ def render(spec: KernelSpec, spec_path: str, tuned: dict | None = None) -> dict:
     }
     for name, variant in spec.variants.items():
         files[f"{name}.py"] = env.get_template(BACKENDS[name].template).render(ctx.kernel(variant))
+    if spec.sharding is not None:
+        files["sharded.py"] = env.get_template("sharded.py.j2").render(ctx.sharded())
     for fname, text in files.items():
         ast.parse(text, filename=f"generated/{spec.name}/{fname}")  # a bug in kspec if this fails
     return files

@@ -19,7 +19,8 @@ from . import dtypes as dt
 from .diagnostics import Diagnostic
 
 TPU_DEFAULT_VMEM_LIMIT = 16 * 1024 * 1024  # Mosaic's default scoped VMEM limit (v4/v5e)
-TPU_BUFFERS = 2  # BlockSpec inputs and outputs are double-buffered by default
+TPU_BUFFERS = 2  # BlockSpec inputs and outputs are double-buffered unless pipeline_mode says otherwise
+TPU_LOWERED_BUFFERS = (1, 2)  # what Mosaic TPU's pallas_call pipeline lowers (jax 0.10.2)
 HOPPER_SMEM_LIMIT = 227 * 1024
 TMA_MAX_BLOCK_DIM = 256
 TRITON_MIN_DOT = 16
@@ -74,8 +75,9 @@ def _mosaic_tpu(inst) -> list:
     out = _semantics_length(inst, "dimension_semantics", len(inst.grid), "grid axis", "grid axes")
     out += _semantics_length(inst, "allow_input_fusion", len(inst.spec.inputs), "input", "inputs")
     for op in inst.spec.operands:
-        if op.name not in inst.variant.blocks:
-            continue  # a whole-array block always satisfies the tiling rule
+        spec = inst.variant.blocks.get(op.name)
+        if spec is None or spec.block_shape is None or spec.memory_space in ("any", "hbm", "smem"):
+            continue  # a whole array, or one outside VMEM, always satisfies the tiling rule
         shape, block, dtype = inst.shapes[op.name], inst.block_shapes[op.name], inst.dtypes[op.name]
         tiles = [tpu_sublane_tile(dtype), 128][-min(2, len(shape)) :]
         for d, tile in zip(range(len(shape) - len(tiles), len(shape)), tiles):
@@ -96,6 +98,34 @@ def _mosaic_tpu(inst) -> list:
             )
     out += _tpu_parallel_revisits(inst)
     out += _tpu_vmem(inst)
+    return out + _tpu_block_specs(inst)
+
+
+def _tpu_block_specs(inst) -> list:
+    """E705: block specs Mosaic TPU does not lower: mixed Element and other dims, more than 2 buffers."""
+    out = []
+    for name, block in inst.variant.blocks.items():
+        if block.block_shape is not None:
+            kinds = {block.kind(d) for d in range(len(block.block_shape))}
+            if "element" in kinds and kinds != {"element"}:
+                out.append(
+                    Diagnostic(
+                        "E705",
+                        f"{_where(inst)}: {name} mixes element dims with {', '.join(sorted(kinds - {'element'}))} dims; "
+                        "Mosaic TPU takes all element dims or none",
+                        block.shape_loc,
+                        "write the other dims as {element: <size>} too (the index map then gives their element offsets)",
+                    )
+                )
+        if block.buffers is not None and block.buffers not in TPU_LOWERED_BUFFERS:
+            out.append(
+                Diagnostic(
+                    "E705",
+                    f"{_where(inst)}: {name} asks for {block.buffers} buffers; Mosaic TPU lowers 1 or 2",
+                    block.loc,
+                    "use pipeline_mode: {buffered: 1} or {buffered: 2}",
+                )
+            )
     return out
 
 
@@ -126,7 +156,9 @@ def _tpu_parallel_revisits(inst) -> list:
 
 def _revisit(inst, block, axis: int):
     """Two grid points differing only along `axis` that map to the same output block."""
-    if block is None:
+    if block is not None and block.index_map is None and block.memory_space in ("any", "hbm"):
+        return None  # the body writes it with its own copies
+    if block is None or block.index_map is None:
         a = [0] * len(inst.grid)
         b = list(a)
         b[axis] = 1
@@ -169,16 +201,29 @@ def _bytes(n: int) -> str:
     return f"{n} bytes"
 
 
+def tpu_buffers(inst, op) -> int:
+    """How many VMEM copies of the operand's block the pipeline keeps (0: not in VMEM)."""
+    block = inst.variant.blocks.get(op.name)
+    if op.prefetch or (block is not None and block.memory_space in ("any", "hbm", "smem")):
+        return 0
+    if block is not None and block.block_shape is None:
+        return 1  # a whole array in VMEM is copied in once
+    return block.buffers if block is not None and block.buffers else TPU_BUFFERS
+
+
 def _tpu_vmem(inst) -> list:
     limit = compiler_param(inst, "vmem_limit_bytes") or TPU_DEFAULT_VMEM_LIMIT
-    blocks = sum(_block_bytes(inst, o.name) for o in inst.spec.operands) * TPU_BUFFERS
+    counts = {o.name: tpu_buffers(inst, o) for o in inst.spec.operands}
+    blocks = sum(_block_bytes(inst, name) * n for name, n in counts.items())
     total = blocks + _scratch_bytes(inst, ("vmem",))
     if total <= limit:
         return []
+    used = {n for n in counts.values() if n}
+    buffers = f"{used.pop()} buffers" if len(used) == 1 else "their buffer counts"
     return [
         Diagnostic(
             "E703",
-            f"{_where(inst)}: VMEM estimate {_bytes(total)} (blocks x {TPU_BUFFERS} buffers "
+            f"{_where(inst)}: VMEM estimate {_bytes(total)} (blocks x {buffers} "
             f"{_bytes(blocks)} + scratch) exceeds the limit of {_bytes(limit)}",
             inst.variant.loc,
             "use smaller blocks, or raise compiler_params.vmem_limit_bytes",

@@ -19,6 +19,8 @@ from typing import Mapping
 from .diagnostics import Diagnostic, Location, did_you_mean
 
 REDUCTIONS = ("psum", "pmax", "pmin")  # lax collectives an output may be reduced with
+# Names `<kernel>_sharded` takes or calls: operands and params may not shadow them.
+SHARDED_NAMES = frozenset({"mesh", "make_mesh", "select_sharded_backend"})
 
 
 @dataclasses.dataclass(frozen=True)
@@ -173,6 +175,13 @@ def _names(spec, sh: Sharding) -> list:
 
     for axis in sh.axis_names:
         known(axis, sh.axis_names_loc, "axis_names")
+    named = [(o.name, o.role, o.loc) for o in spec.operands] + [
+        (p.name, "param", p.loc) for v in spec.variants.values() for p in v.params
+    ]
+    for name, what, loc in named:
+        if name in SHARDED_NAMES:
+            out.append(Diagnostic("E400", f"{what} `{name}` clashes with a name the generated sharded.py uses", loc,
+                                  f"rename it; sharded specs also reserve {', '.join(sorted(SHARDED_NAMES))}"))
     operands = {o.name: o for o in spec.operands}
     for name, ps in sh.specs.items():
         op = operands.get(name)
@@ -187,8 +196,8 @@ def _names(spec, sh: Sharding) -> list:
         for d, (axes, loc) in enumerate(zip(ps.dims, ps.dim_locs)):
             for axis in axes:
                 if axis in seen:
-                    out.append(Diagnostic("E801", f"{name}: mesh axis `{axis}` splits both dim {seen[axis]} and dim {d}",
-                                          loc, "a mesh axis can split at most one dim of an operand"))
+                    out.append(Diagnostic("E801", f"{name}: mesh axis `{axis}` appears twice in the partition spec",
+                                          loc, "a mesh axis can split at most one dim of an operand, once"))
                 elif known(axis, loc, name):
                     seen[axis] = d
             if axes and d < op.rank and not _plain_dim(spec, op.shape[d]):

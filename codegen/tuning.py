@@ -42,10 +42,15 @@ def tuning_dir(out_root: Path) -> Path:
     return out_root.parent / "tuning"
 
 
+def fixed(entry: dict) -> tuple:
+    """The entry's untuned params (e.g. causal): part of what a config was tuned for."""
+    return tuple(sorted(entry.get("fixed", {}).items()))
+
+
 def key(entry: dict) -> tuple:
     return (
-        entry["backend"], tuple(entry["bucket"]), entry["dtype"], entry["jax_version"], entry["kernel_sha"],
-        tuple(sorted(entry["params"].items())),
+        entry["backend"], tuple(entry["bucket"]), entry["dtype"], fixed(entry), entry["jax_version"],
+        entry["kernel_sha"], tuple(sorted(entry["params"].items())),
     )
 
 
@@ -85,12 +90,12 @@ def tables(root: Path, kernel: str) -> dict:
 
 
 def best(entries: list, sha: str) -> dict:
-    """{(backend, dtype, bucket): params} of the fastest passing, current entry per key."""
+    """{(backend, dtype, bucket, fixed): params} of the fastest passing, current entry per key."""
     chosen: dict = {}
     for e in entries:
         if e.get("status") != "pass" or e.get("kernel_sha") != sha or e.get("ms") is None:
             continue
-        k = (e["backend"], e["dtype"], tuple(e["bucket"]))
+        k = (e["backend"], e["dtype"], tuple(e["bucket"]), fixed(e))
         if k not in chosen or e["ms"] < chosen[k]["ms"]:
             chosen[k] = e
     return {k: dict(sorted(e["params"].items())) for k, e in sorted(chosen.items())}

@@ -37,6 +37,7 @@ class Task:
     samples: int = 0  # bench: timed samples
     ceilings: tuple = ()  # bench: measured (bandwidth GB/s, bf16 TFLOP/s) to use as the roofline
     configs: tuple = ()  # tune: the configs to compile, verify and time, each ((param, value), ...)
+    devices: int = 0  # sharded: the mesh is built from this many devices
 
     @property
     def label(self) -> str:
@@ -91,6 +92,53 @@ def plan(
                     else:
                         tasks.append(task)
     return tasks, skipped
+
+
+def plan_sharded(
+    compiled: list, *, devices: int, device_count: int, backends: list, cases: list, seed: int, platform: str | None
+) -> tuple:
+    """(tasks, results) for `kspec verify --devices N`: each spec with `sharding:` runs its
+    sharded function on a mesh of N devices, per backend x case x dtype, against the reference.
+    A mesh axis sized by the device count gets its size only now, so the split dims and the
+    per-shard rules (E804, E806) are checked here too; a failure is an error result."""
+    from . import sharding
+
+    tasks, done = [], []
+    for c in compiled:
+        spec, sh = c.spec, c.spec.sharding
+        if sh is None:
+            continue
+        out_root = pipeline.out_root_for(c.path)
+        for name in spec.backends:
+            if backends and name not in backends:
+                continue
+            for i, case in enumerate(spec.cases):
+                if cases and case.name not in cases:
+                    continue
+                found = sharding.case_checks(spec, case, sh.sizes(devices))
+                for assign in checks.dtype_assignments(spec, case):
+                    label = ",".join(dict.fromkeys(assign[o.name] for o in spec.inputs))
+                    task = Task(str(c.path), spec.name, name, case.name, i, tuple(assign.items()), label, seed,
+                                "sharded", str(out_root), devices=devices)
+                    why = (
+                        _sharded_skip_reason(name, sh, devices, device_count, platform)
+                        or _dtype_reason(spec.variants[name], assign)
+                    )
+                    if why:
+                        done.append(result(task, "skip", why))
+                    elif found:
+                        done.append(result(task, "error", "\n".join(d.format() for d in found)))
+                    else:
+                        tasks.append(task)
+    return tasks, done
+
+
+def _sharded_skip_reason(backend: str, sh, devices: int, device_count: int, platform: str | None) -> str | None:
+    if backend == "interpret" and sh.check_vma:
+        return "interpret=True pallas_calls fail inside shard_map(check_vma=True) in jax 0.10.2; mosaic_tpu covers it"
+    if device_count < devices:
+        return f"needs {devices} devices; jax sees {device_count} {platform} device(s)"
+    return sh.unfit(devices) or _skip_reason(backend, platform, lower=False)
 
 
 def _skip_reason(backend: str, platform: str | None, lower: bool) -> str | None:

@@ -166,6 +166,7 @@ class Prepared:
     fn: object
     ref_fn: object
     inputs: list
+    refs: tuple | None = None  # the reference's outputs, once computed (tune checks many configs)
 
 
 def _prepare(task: Task) -> Prepared:
@@ -208,6 +209,8 @@ def _run(task: Task, start: float) -> dict:
         from .benchrun import bench
 
         return bench(task, prep, check_outputs)
+    if task.mode == "sharded":
+        return _run_sharded(task, prep, start)
     call = functools.partial(prep.fn, **prep.params)
     interpret_note = ""
     recorder = None
@@ -248,6 +251,23 @@ def _clobbered(prep: Prepared, before: list) -> str | None:
     return None
 
 
+def _run_sharded(task: Task, prep: Prepared, start: float) -> dict:
+    """`kspec verify --devices N`: the spec's sharded function on a mesh of the first N
+    devices, compared with the reference on the whole inputs. Off TPU, mosaic_tpu runs in
+    TPU interpret mode (without the race detector: its grid-point recorder is per device)."""
+    import jax
+
+    module = _module(task, "sharded")
+    kwargs = dict(prep.params, mesh=module.make_mesh(jax.devices()[: task.devices]), backend=task.backend)
+    if task.backend == "mosaic_tpu" and jax.default_backend() != "tpu":
+        from jax.experimental.pallas import tpu as pltpu
+
+        _reset_tpu_interpret()
+        kwargs["interpret"] = pltpu.InterpretParams(out_of_bounds_reads="raise", uninitialized_memory="nan")
+    outs = jax.block_until_ready(getattr(module, f"{task.kernel}_sharded")(*prep.inputs, **kwargs))
+    return check_outputs(task, prep, outs, round(time.monotonic() - start, 3))
+
+
 def check_outputs(task: Task, prep: Prepared, outs, seconds: float) -> dict:
     """Compare a kernel's outputs with the reference run at higher precision."""
     import jax
@@ -256,9 +276,11 @@ def check_outputs(task: Task, prep: Prepared, outs, seconds: float) -> dict:
     spec = prep.spec
     outs = outs if isinstance(outs, (tuple, list)) else (outs,)
     ref_fn = functools.partial(prep.ref_fn, **prep.ref_params)
-    with jax.default_matmul_precision("highest"):
-        refs = ref_fn(*[_upcast(x) for x in prep.inputs])
-    refs = refs if isinstance(refs, (tuple, list)) else (refs,)
+    if prep.refs is None:
+        with jax.default_matmul_precision("highest"):
+            refs = ref_fn(*[_upcast(x) for x in prep.inputs])
+        prep.refs = tuple(refs) if isinstance(refs, (tuple, list)) else (refs,)
+    refs = prep.refs
     if not len(refs) == len(outs) == len(spec.outputs):
         return result(
             task, "fail",
@@ -320,7 +342,7 @@ def _race_report(inst, visits: list, printed: str) -> str | None:
         return None
     for op in inst.spec.outputs:
         block = inst.variant.blocks.get(op.name)
-        if block is None:
+        if block is None or block.index_map is None:
             continue
         owner: dict = {}
         for point, core in visits:

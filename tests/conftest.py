@@ -113,4 +113,6 @@ def repo_copy(tmp_path):
     root.mkdir()
     shutil.copytree(REPO / "specs", root / "specs")
     shutil.copytree(REPO / "generated", root / "generated", ignore=shutil.ignore_patterns("__pycache__", ".kspec.lock"))
+    if (REPO / "tuning").is_dir():  # generation embeds the tuning tables
+        shutil.copytree(REPO / "tuning", root / "tuning")
     return root

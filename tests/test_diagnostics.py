@@ -29,6 +29,13 @@ def backend(section: str) -> str:
     return V + "backends:\n" + section
 
 
+def sharded(section: str, *more: tuple) -> str:
+    """The valid spec with a `sharding:` section (and `more` replacements)."""
+    return mutate(V, ("cases:", "sharding:\n" + section + "cases:"), *more)
+
+
+Y_INPUT = ("  x: {shape: [N], dtype: float32}\n", "  x: {shape: [N], dtype: float32}\n  y: {shape: [N], dtype: float32}\n")
+
 # code -> the bad spec (text or bytes; None: the file does not exist).
 SPECS = {
     "E100": None,
@@ -58,6 +65,16 @@ SPECS = {
     "E407": mutate(V, ("o: {shape: [N], dtype: x}", "o: {shape: [N], dtype: x}\n  p: {shape: [N], dtype: o}")),
     "E408": mutate(V, ("o: {shape: [N], dtype: x}", "o: {shape: [K], dtype: x}")),
     "E409": backend("  interpret:\n  cuda:\n"),
+    "E410": mutate(
+        V,
+        ("inputs:\n", "inputs:\n  s: {shape: [4], dtype: int32, prefetch: true}\n"),
+        (X_BLOCK, 'x: {block_shape: [bs], index_map: "i, s -> (i,)"}'),
+        (O_BLOCK, 'o: {block_shape: [bs], index_map: "i, s -> (i,)"}'),
+    ),
+    "E411": mutate(V, ("x: {shape: [N], dtype: float32}", "x: {shape: [N], dtype: float32, init: {kind: uniform, low: 1, high: 0}}")),
+    "E412": mutate(V, ("cases:", "input_output_aliases: {o: y}\ncases:")),
+    "E413": backend('  triton:\n    blocks:\n      x: {block_shape: [bs], index_map: "i -> (i,)", memory_space: vmem}\n'),
+    "E414": backend("  interpret:\n    scratch:\n      bar: {shape: [1], kind: barrier}\n"),
     "E500": mutate(V, ("{name: c, N: 64}", "{name: c}")),
     "E501": mutate(V, ("cases:", 'constraints:\n  - {expr: "N % 128 == 0", message: N must be a multiple of 128}\ncases:')),
     "E502": mutate(V, (O_BLOCK, 'o: {block_shape: [bs], index_map: "i -> (i + 1,)"}')),
@@ -79,11 +96,23 @@ SPECS = {
     ),
     "E703": backend("  mosaic_tpu:\n    params: {bs: 64}\n    compiler_params: {vmem_limit_bytes: 512}\n"),
     "E704": backend("  mosaic_tpu:\n    params: {bs: 64}\n    compiler_params: {dimension_semantics: [parallel, parallel]}\n"),
+    "E705": backend(
+        "  mosaic_tpu:\n    params: {bs: 64}\n    blocks:\n"
+        '      x: {block_shape: [bs], index_map: "i -> (i,)", pipeline_mode: {buffered: 3}}\n'
+    ),
     "E711": backend("  triton:\n    params: {bs: 12}\n"),
     "E712": backend("  triton:\n    body: |\n      o_ref[...] = jnp.dot(x_ref[...], x_ref[...]) * x_ref[...]\n"),
     "E713": backend("  triton:\n    params: {warps: 6}\n    compiler_params: {num_warps: warps}\n"),
     "E721": backend("  mosaic_gpu:\n    scratch:\n      buf: {shape: [256, 256], dtype: float32, memory_space: smem}\n"),
     "E722": backend("  mosaic_gpu:\n    params: {bs: 512}\n"),
+    "E800": sharded("  mesh: {d: 4}\n  specs: {x: [e], o: [d]}\n"),
+    "E801": sharded("  mesh: {d: 4}\n  specs: {x: [[d, d]], o: [d]}\n"),
+    "E802": sharded("  mesh: {d: 4}\n  specs: {x: [d, null], o: [d]}\n"),
+    "E803": sharded("  mesh: {d: 4}\n  specs: {x: [d], y: [null], o: [d]}\n", Y_INPUT),
+    "E804": sharded("  mesh: {d: 3}\n  specs: {x: [d], o: [d]}\n"),
+    "E805": sharded("  mesh: {d: 4}\n  specs: {x: [d]}\n"),
+    "E806": sharded("  mesh: {d: 16}\n  specs: {x: [d], o: [d]}\n", ("cases:", 'constraints: ["N % bs == 0"]\ncases:')),
+    "E807": sharded("  mesh: {d: devices, e: null}\n  specs: {x: [d], o: [d]}\n"),
 }
 
 
@@ -116,6 +145,11 @@ EXPECTED = {
     "E407": ['specs/bad.yaml:10:26: error[E407]: p: dtype refers to output `o`', '  = help: an operand can only share the dtype of an input that has a dtype of its own'],
     "E408": ['specs/bad.yaml:9:15: error[E408]: o: `K` is not a dim bound by an input shape, nor a param', "  = help: use it alone as a dim of some input's shape, or declare it under params"],
     "E409": ['specs/bad.yaml:22:3: error[E409]: unknown backend `cuda`', '  = help: backends: interpret, mosaic_gpu, mosaic_tpu, triton'],
+    "E410": ['specs/bad.yaml:7:3: error[E410]: scalar-prefetch input s has no `init: {kind: index, ...}` saying what values it holds', '  = help: a prefetched input holds indices: shape [n], an int dtype, init {kind: index, bound: ...}'],
+    "E411": ['specs/bad.yaml:7:41: error[E411]: x.init: low 1 is not below high 0'],
+    "E412": ['specs/bad.yaml:18:1: error[E412]: input_output_aliases: `y` is not an input', '  = help: alias an output to an input of the same shape and dtype'],
+    "E413": ["specs/bad.yaml:23:7: error[E413]: triton: x: memory_space vmem is not one of triton's", '  = help: memory spaces on triton: none'],
+    "E414": ['specs/bad.yaml:23:7: error[E414]: interpret: scratch bar is a barrier, which interpret does not have', '  = help: scratch kinds on interpret: array, dma_semaphore, semaphore'],
     "E500": ['specs/bad.yaml:19:5: error[E500]: case `c` does not bind dim `N`', '  = help: add `N: <int>`'],
     "E501": ['specs/bad.yaml:21:5: error[E501]: case `c` (N=64): N must be a multiple of 128', '  = help: constraint at line 19'],
     "E502": ['specs/bad.yaml:13:37: error[E502]: case `c`: o.index_map at grid point (7,) gives block index (8,); dim 0 is 8, valid 0..7', '  = help: o dim 0 has 64 elements in blocks of 8'],
@@ -129,11 +163,20 @@ EXPECTED = {
     "E702": ['specs/bad.yaml:26:7: error[E702]: case `c` (mosaic_tpu): output o is written by several steps of parallel grid axis 1 (grid points (0, 0) and (0, 1) write the same block)', "  = help: mark grid axis 1 `arbitrary` in dimension_semantics, or index o's blocks by it"],
     "E703": ['specs/bad.yaml:21:3: error[E703]: case `c` (mosaic_tpu): VMEM estimate 1.0 KiB (blocks x 2 buffers 1.0 KiB + scratch) exceeds the limit of 512 bytes', '  = help: use smaller blocks, or raise compiler_params.vmem_limit_bytes'],
     "E704": ['specs/bad.yaml:21:3: error[E704]: mosaic_tpu: dimension_semantics has 2 entries but the kernel has 1 grid axis', '  = help: give one entry per grid axis'],
+    "E705": ['specs/bad.yaml:24:7: error[E705]: case `c` (mosaic_tpu): x asks for 3 buffers; Mosaic TPU lowers 1 or 2', '  = help: use pipeline_mode: {buffered: 1} or {buffered: 2}'],
     "E711": ['specs/bad.yaml:12:3: error[E711]: case `c` (triton): x block dim 0 is 12; Triton block dims must be powers of two', '  = help: use 16 (padding covers the ragged edge) or 8', 'specs/bad.yaml:13:3: error[E711]: case `c` (triton): o block dim 0 is 12; Triton block dims must be powers of two', '  = help: use 16 (padding covers the ragged edge) or 8'],
     "E712": ['specs/bad.yaml:12:3: error[E712]: case `c` (triton): x is a dot operand with block (8,); Triton dots need every dim >= 16', '  = help: make each block dim of x at least 16'],
     "E713": ['specs/bad.yaml:21:3: error[E713]: case `c` (triton): num_warps is 6; Triton runs 1, 2, 4, 8, 16 or 32 warps per program', '  = help: give num_warps (or the param it names) a power of two up to 32'],
     "E721": ['specs/bad.yaml:21:3: error[E721]: case `c` (mosaic_gpu): shared memory estimate 258 KiB (blocks x 1 steps 0 KiB + scratch) exceeds 227 KiB per block on Hopper', '  = help: use smaller blocks or fewer max_concurrent_steps'],
     "E722": ['specs/bad.yaml:12:3: error[E722]: case `c` (mosaic_gpu): x block (512,) is too large for TMA, which copies at most 256 elements along each dim', '  = help: use smaller blocks and cover the rest with the grid', 'specs/bad.yaml:13:3: error[E722]: case `c` (mosaic_gpu): o block (512,) is too large for TMA, which copies at most 256 elements along each dim', '  = help: use smaller blocks and cover the rest with the grid'],
+    "E800": ['specs/bad.yaml:20:15: error[E800]: x: unknown mesh axis `e`', '  = help: mesh axes: d'],
+    "E801": ['specs/bad.yaml:20:15: error[E801]: x: mesh axis `d` appears twice in the partition spec', '  = help: a mesh axis can split at most one dim of an operand, once'],
+    "E802": ['specs/bad.yaml:20:11: error[E802]: x: partition spec has 2 entries but x has rank 1', '  = help: give at most one entry per dim; null leaves a dim whole'],
+    "E803": ['specs/bad.yaml:21:23: error[E803]: dim N is split over nothing in y but over (d) in x', '  = help: split N the same way in every input'],
+    "E804": ['specs/bad.yaml:22:5: error[E804]: case `c`: N=64 is split over d=3 = 3 devices, which does not divide it', '  = help: make N a multiple of 3'],
+    "E805": ['specs/bad.yaml:18:1: error[E805]: o: dim 0 (N) is split over nothing but the inputs split N over (d)', '  = help: split o dim 0 as the inputs split N', 'specs/bad.yaml:18:1: error[E805]: o: the inputs are split over `d` but o is neither split nor reduced over it', '  = help: add `reductions: {o: {psum: [d]}}` if each shard holds a partial o, or split o over d'],
+    "E806": ['specs/bad.yaml:23:5: error[E806]: per shard (N=4): case `c` (N=4, bs=8): `N % bs == 0` does not hold [E501]', '  = help: constraint at line 21'],
+    "E807": ['specs/bad.yaml:19:22: error[E807]: mesh axes `d` and `e` are both sized by the device count', '  = help: size every axis but one with an integer'],
 }
 
 

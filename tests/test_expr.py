@@ -195,7 +195,7 @@ def test_index_map_subscripts_only_when_allowed():
         ("min -> (0,)", "E302", "index_map argument `min` is not a plain name", 0),
         ("i, i -> (i,)", "E302", "index_map arguments must be distinct", 0),
         ("i -> (i.real,)", "E300", "`Attribute` is not allowed in an expression", 6),
-        ("i -> (__import__('os'),)", "E300", "calling anything but min, max or cdiv is not allowed in an expression", 6),
+        ("i -> (__import__('os'),)", "E300", "calling anything but min, max, cdiv or ds is not allowed in an expression", 6),
         ("i -> (*i,)", "E300", "a starred element is not allowed in an expression", 6),
         ("i -> ", "E300", "invalid expression: invalid syntax", 5),
     ],
