@@ -30,7 +30,10 @@ RESERVED = frozenset(
     | set(keyword.kwlist)
     | set(dir(builtins))
 )
-MAX_GRID_POINTS = 1 << 16
+MAX_GRID_POINTS = 1 << 16  # a full grid walk per case x backend at most this long
+MAX_SPEC_GRID_POINTS = 1 << 18  # index map evaluations by full walks, shared by all of a spec's cases
+MAX_DTYPE_COMBINATIONS = 256  # dtype combinations one case may run
+INT32_MAX = (1 << 31) - 1  # Pallas program ids are int32
 ALLOWED_IMPORT_ROOTS = frozenset({"jax", "numpy"}) | frozenset(sys.stdlib_module_names)
 
 
@@ -64,15 +67,21 @@ def check(spec: KernelSpec) -> list[Diagnostic]:
     if not diags:
         from . import rules
 
+        budget = [MAX_SPEC_GRID_POINTS]  # shared by every case x backend walk of this spec
         for case in spec.cases + spec.bench:
             for variant in spec.variants.values():
-                for dtypes in dtype_assignments(spec, case):
-                    if not variant.supports(dtypes):
-                        continue
-                    inst, found = instantiate(spec, variant, case, dtypes)
-                    diags += found
-                    if inst is not None:
-                        diags += rules.check(inst)
+                # dtypes change no shape or index map: instantiate (and walk the grid) once per
+                # case x backend, then apply the dtype-dependent hardware rules per combination
+                supported = (d for d in dtype_assignments(spec, case) if variant.supports(d))
+                first = next(supported, None)
+                if first is None:
+                    continue
+                inst, found = instantiate(spec, variant, case, first, budget=budget)
+                diags += found
+                if inst is not None:
+                    diags += rules.check(inst)
+                    for dtypes in supported:
+                        diags += rules.check(dataclasses.replace(inst, dtypes=dtypes))
     if spec.sharding is not None:
         from . import sharding
 
@@ -501,34 +510,96 @@ def _case_dtypes(spec: KernelSpec, case: Case) -> list:
                         case.loc,
                     )
                 )
+    if not out:
+        count = dtype_combinations(spec, case)
+        if count > MAX_DTYPE_COMBINATIONS:
+            many = [(name, options) for name, options in _dtype_choices(spec, case) if len(options) > 1]
+            shown = ", ".join(f"{name} ({len(options)})" for name, options in many[:8]) + (", ..." if len(many) > 8 else "")
+            out.append(
+                Diagnostic(
+                    "E507",
+                    f"case `{case.name}` runs {count} dtype combinations; at most {MAX_DTYPE_COMBINATIONS} allowed",
+                    case.loc,
+                    f"pin some inputs' dtypes in the case, e.g. `dtype: {{{many[0][0]}: {many[0][1][0]}}}`, "
+                    f"or give them fewer choices: {shown}",
+                )
+            )
     return out
 
 
-def dtype_assignments(spec: KernelSpec, case: Case) -> list:
-    """Every operand's dtype, for each dtype combination the case runs."""
-    free = [o for o in spec.inputs if o.follows is None]
+def _dtype_choices(spec: KernelSpec, case: Case) -> list:
+    """[(input, the dtypes the case runs it with)] for each input with a dtype of its own."""
     choices = []
-    for op in free:
+    for op in (o for o in spec.inputs if o.follows is None):
         if isinstance(case.dtype, dict) and op.name in case.dtype:
-            choices.append((case.dtype[op.name],))
+            choices.append((op.name, (case.dtype[op.name],)))
         elif isinstance(case.dtype, str) and case.dtype in op.dtypes:
-            choices.append((case.dtype,))
+            choices.append((op.name, (case.dtype,)))
         else:
-            choices.append(op.dtypes)
-    out = []
-    for combo in itertools.product(*choices):
-        assign = dict(zip((o.name for o in free), combo))
-        for op in spec.operands:
+            choices.append((op.name, tuple(op.dtypes)))
+    return choices
+
+
+def dtype_combinations(spec: KernelSpec, case: Case) -> int:
+    """How many dtype combinations the case runs (without listing them)."""
+    total = 1
+    for _, options in _dtype_choices(spec, case):
+        total *= len(options)
+    return total
+
+
+class DtypeAssignments:
+    """Every operand's dtype, for each dtype combination the case runs: a lazy sequence
+    (len, indexing and iteration build one assignment at a time, never the whole list)."""
+
+    def __init__(self, spec: KernelSpec, case: Case):
+        self.spec = spec
+        self.choices = _dtype_choices(spec, case)
+        self.count = 1
+        for _, options in self.choices:
+            self.count *= len(options)
+
+    def _assign(self, combo) -> dict:
+        assign = dict(zip((name for name, _ in self.choices), combo))
+        for op in self.spec.operands:
             if op.follows is not None:
                 assign[op.name] = assign[op.follows]
             elif op.role == "output":
                 assign[op.name] = op.dtypes[0]
-        out.append(assign)
-    return out
+        return assign
+
+    def __len__(self) -> int:
+        return self.count
+
+    def __bool__(self) -> bool:
+        return self.count > 0
+
+    def __iter__(self):
+        if self.count > MAX_DTYPE_COMBINATIONS:  # check() reports E507 first: callers only see checked specs
+            raise ValueError(f"{self.count} dtype combinations; at most {MAX_DTYPE_COMBINATIONS} are run (E507)")
+        return map(self._assign, itertools.product(*(options for _, options in self.choices)))
+
+    def __getitem__(self, index: int) -> dict:
+        if index < 0:
+            index += self.count
+        if not 0 <= index < self.count:
+            raise IndexError("dtype assignment index out of range")
+        combo = []
+        for _, options in reversed(self.choices):  # the last input varies fastest, as in product()
+            index, k = divmod(index, len(options))
+            combo.append(options[k])
+        return self._assign(reversed(combo))
 
 
-def instantiate(spec: KernelSpec, v: Variant, case: Case, dtypes: dict) -> tuple:
-    """Evaluate a variant for one case: (Instance or None, diagnostics)."""
+def dtype_assignments(spec: KernelSpec, case: Case) -> DtypeAssignments:
+    """Every operand's dtype, for each dtype combination the case runs (lazily; see E507)."""
+    return DtypeAssignments(spec, case)
+
+
+def instantiate(spec: KernelSpec, v: Variant, case: Case, dtypes: dict, budget: list | None = None) -> tuple:
+    """Evaluate a variant for one case: (Instance or None, diagnostics). `budget`, a
+    one-item list, is the number of index map evaluations full grid walks may still spend
+    (shared across calls; see MAX_SPEC_GRID_POINTS); None: no limit but MAX_GRID_POINTS."""
     env = dict(v.param_defaults)
     env.update({k: val for k, val in case.params.items() if k in env})
     env.update(case.dims)
@@ -574,6 +645,16 @@ def instantiate(spec: KernelSpec, v: Variant, case: Case, dtypes: dict) -> tuple
         if isinstance(n, int) and n < 1:
             label = axis.name or f"axis {i}"
             out.append(Diagnostic("E505", f"case `{case.name}`: grid {label} has size {n}", axis.size.loc))
+        elif isinstance(n, int) and n > INT32_MAX:
+            label = axis.name or f"axis {i}"
+            out.append(
+                Diagnostic(
+                    "E508",
+                    f"case `{case.name}`: grid {label} has size {n}, more than int32 holds ({INT32_MAX})",
+                    axis.size.loc,
+                    "Pallas program ids are int32: use bigger blocks or split the axis into several",
+                )
+            )
     blocks = {}
     for op in spec.operands:
         b = v.blocks.get(op.name)
@@ -588,15 +669,18 @@ def instantiate(spec: KernelSpec, v: Variant, case: Case, dtypes: dict) -> tuple
     if out:
         return None, out
     inst = Instance(spec, v, case, env, shapes, dtypes, grid, blocks, scratch)
-    return inst, _bounds_and_coverage(inst)
+    return inst, _bounds_and_coverage(inst, budget)
 
 
-def grid_points(grid: tuple):
-    """Every grid point, or a boundary sample per axis when there are too many."""
+def grid_points(grid: tuple, budget: list | None = None, cost: int = 1):
+    """Every grid point, or a boundary sample per axis when there are too many, or when
+    the full walk (`cost` evaluations per point) would overspend `budget` (see instantiate)."""
     total = 1
     for n in grid:
         total *= n
-    if total <= MAX_GRID_POINTS:
+    if total <= MAX_GRID_POINTS and (budget is None or total * cost <= budget[0]):
+        if budget is not None:
+            budget[0] -= total * cost
         return itertools.product(*(range(n) for n in grid)), True
     sample = [sorted({x for x in (0, 1, n // 2, n - 2, n - 1) if 0 <= x < n}) for n in grid]
     return itertools.product(*sample), False
@@ -634,7 +718,7 @@ def _prefetch_fills(inst: Instance) -> list:
     return [(low, f" with {shown(low)}"), (high, f" with {shown(high)}")]
 
 
-def _bounds_and_coverage(inst: Instance) -> list:
+def _bounds_and_coverage(inst: Instance, budget: list | None = None) -> list:
     out = []
     v, case = inst.variant, inst.case
     fills = _prefetch_fills(inst)
@@ -644,7 +728,7 @@ def _bounds_and_coverage(inst: Instance) -> list:
         if block is None or block.index_map is None:
             continue
         shape, bshape = inst.shapes[op.name], inst.block_shapes[op.name]
-        points, exhaustive = grid_points(inst.grid)
+        points, exhaustive = grid_points(inst.grid, budget, len(fills))
         exhaustive = exhaustive and not (block.index_map.names | set(block.index_map.args)) & prefetched
         exhaustive_kinds = all(block.kind(d) in (BLOCKED, SQUEEZED) for d in range(len(bshape)))
         exhaustive = exhaustive and exhaustive_kinds
