@@ -30,8 +30,8 @@ RESERVED = frozenset(
     | set(keyword.kwlist)
     | set(dir(builtins))
 )
-MAX_GRID_POINTS = 1 << 16  # a full grid walk per case x backend at most this long
-MAX_SPEC_GRID_POINTS = 1 << 18  # index map evaluations by full walks, shared by all of a spec's cases
+MAX_GRID_POINTS = 1 << 14  # a full grid walk per case x backend at most this long
+MAX_SPEC_GRID_POINTS = 1 << 15  # index map evaluations by full walks, shared by all of a spec's cases
 MAX_DTYPE_COMBINATIONS = 256  # dtype combinations one case may run
 INT32_MAX = (1 << 31) - 1  # Pallas program ids are int32
 ALLOWED_IMPORT_ROOTS = frozenset({"jax", "numpy"}) | frozenset(sys.stdlib_module_names)
