@@ -6,37 +6,27 @@ and formats, so it does not import jax.
 
 from __future__ import annotations
 
-from . import checks, pipeline
-from .verify import Task, _dtype_reason, _skip_reason, result
+from . import pipeline
+from .verify import Task, _dtype_reason, _skip_reason, matrix, result
 
 
 def plan(compiled: list, *, backends: list, cases: list, seed: int, samples: int, platform: str,
          ceilings: tuple = ()) -> tuple:
     """(tasks, skipped) for every spec's bench cases (its verify cases if it has none)."""
     tasks, skipped = [], []
-    for c in compiled:
-        spec = c.spec
-        suite, chosen = ("bench", spec.bench) if spec.bench else ("cases", spec.cases)
-        for name, variant in spec.variants.items():
-            if backends and name not in backends:
-                continue
-            for i, case in enumerate(chosen):
-                if cases and case.name not in cases:
-                    continue
-                for assign in checks.dtype_assignments(spec, case):
-                    label = ",".join(dict.fromkeys(assign[o.name] for o in spec.inputs))
-                    task = Task(
-                        str(c.path), spec.name, name, case.name, i, tuple(assign.items()), label, seed,
-                        "bench", str(pipeline.out_root_for(c.path)), suite=suite, samples=samples,
-                        ceilings=ceilings,
-                    )
-                    why = _skip_reason(name, platform, False) or _dtype_reason(variant, assign)
-                    if name == "mosaic_tpu" and platform != "tpu":
-                        why = "TPU interpret mode is a simulator: timing it means nothing"
-                    if why:
-                        skipped.append(result(task, "skip", why))
-                    else:
-                        tasks.append(task)
+    for c, name, i, case, assign, label in matrix(compiled, backends=backends, cases=cases, suite="bench"):
+        suite = "bench" if c.spec.bench else "cases"
+        task = Task(
+            str(c.path), c.spec.name, name, case.name, i, tuple(assign.items()), label, seed,
+            "bench", str(pipeline.out_root_for(c.path)), suite=suite, samples=samples, ceilings=ceilings,
+        )
+        why = _skip_reason(name, platform, False) or _dtype_reason(c.spec.variants[name], assign)
+        if name == "mosaic_tpu" and platform != "tpu":
+            why = "TPU interpret mode is a simulator: timing it means nothing"
+        if why:
+            skipped.append(result(task, "skip", why))
+        else:
+            tasks.append(task)
     return tasks, skipped
 
 

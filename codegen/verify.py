@@ -65,32 +65,40 @@ def result(task: Task, status: str, message: str = "", **metrics) -> dict:
     return out
 
 
+def matrix(compiled: list, *, backends: list, cases: list, suite: str = "cases"):
+    """Every (compiled spec, backend, case index, case, dtype assignment, input-dtype label) the
+    filters keep: the one loop behind verify, sharded verify and bench plans. `suite`
+    "bench" takes a spec's bench cases (its verify cases when it has none)."""
+    for c in compiled:
+        spec = c.spec
+        chosen = spec.bench if suite == "bench" and spec.bench else spec.cases
+        for name in spec.backends:
+            if backends and name not in backends:
+                continue
+            for i, case in enumerate(chosen):
+                if cases and case.name not in cases:
+                    continue
+                for assign in checks.dtype_assignments(spec, case):
+                    label = ",".join(dict.fromkeys(assign[o.name] for o in spec.inputs))
+                    yield c, name, i, case, assign, label
+
+
 def plan(
     compiled: list, *, backends: list, cases: list, seed: int, lower: bool, platform: str | None, repeat: int = 1
 ) -> tuple:
     """(tasks, skipped results) for every valid spec; `repeat` runs it all with seeds seed, seed+1, ..."""
     tasks, skipped = [], []
-    for k, c in ((k, c) for k in range(repeat) for c in compiled):
-        spec = c.spec
-        out_root = pipeline.out_root_for(c.path)
-        for name in spec.backends:
-            if backends and name not in backends:
-                continue
-            for i, case in enumerate(spec.cases):
-                if cases and case.name not in cases:
-                    continue
-                for assign in checks.dtype_assignments(spec, case):
-                    label = ",".join(dict.fromkeys(assign[o.name] for o in spec.inputs))
-                    task = Task(
-                        str(c.path), spec.name, name, case.name, i, tuple(assign.items()), label, seed + k,
-                        "lower" if lower else "run", str(out_root),
-                    )
-                    why = _skip_reason(name, platform, lower) or _dtype_reason(spec.variants[name], assign)
-                    if why:
-                        if k == 0:
-                            skipped.append(result(task, "skip", why))
-                    else:
-                        tasks.append(task)
+    for k in range(repeat):
+        for c, name, i, case, assign, label in matrix(compiled, backends=backends, cases=cases):
+            task = Task(
+                str(c.path), c.spec.name, name, case.name, i, tuple(assign.items()), label, seed + k,
+                "lower" if lower else "run", str(pipeline.out_root_for(c.path)),
+            )
+            why = _skip_reason(name, platform, lower) or _dtype_reason(c.spec.variants[name], assign)
+            if not why:
+                tasks.append(task)
+            elif k == 0:
+                skipped.append(result(task, "skip", why))
     return tasks, skipped
 
 
@@ -104,32 +112,22 @@ def plan_sharded(
     from . import sharding
 
     tasks, done = [], []
-    for c in compiled:
+    sharded = [c for c in compiled if c.spec.sharding is not None]
+    for c, name, i, case, assign, label in matrix(sharded, backends=backends, cases=cases):
         spec, sh = c.spec, c.spec.sharding
-        if sh is None:
-            continue
-        out_root = pipeline.out_root_for(c.path)
-        for name in spec.backends:
-            if backends and name not in backends:
-                continue
-            for i, case in enumerate(spec.cases):
-                if cases and case.name not in cases:
-                    continue
-                found = sharding.case_checks(spec, case, sh.sizes(devices))
-                for assign in checks.dtype_assignments(spec, case):
-                    label = ",".join(dict.fromkeys(assign[o.name] for o in spec.inputs))
-                    task = Task(str(c.path), spec.name, name, case.name, i, tuple(assign.items()), label, seed,
-                                "sharded", str(out_root), devices=devices)
-                    why = (
-                        _sharded_skip_reason(name, sh, devices, device_count, platform)
-                        or _dtype_reason(spec.variants[name], assign)
-                    )
-                    if why:
-                        done.append(result(task, "skip", why))
-                    elif found:
-                        done.append(result(task, "error", "\n".join(d.format() for d in found)))
-                    else:
-                        tasks.append(task)
+        found = sharding.case_checks(spec, case, sh.sizes(devices))
+        task = Task(str(c.path), spec.name, name, case.name, i, tuple(assign.items()), label, seed,
+                    "sharded", str(pipeline.out_root_for(c.path)), devices=devices)
+        why = (
+            _sharded_skip_reason(name, sh, devices, device_count, platform)
+            or _dtype_reason(spec.variants[name], assign)
+        )
+        if why:
+            done.append(result(task, "skip", why))
+        elif found:
+            done.append(result(task, "error", "\n".join(d.format() for d in found)))
+        else:
+            tasks.append(task)
     return tasks, done
 
 
