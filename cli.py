@@ -267,11 +267,8 @@ def tune(
     import time
 
     from codegen import checks
-    from codegen import tune as tn
     from codegen import tuning as tg
-    from codegen import verify as v
     from codegen.backends import BACKENDS
-    from codegen.verify import Task
 
     if strategy not in ("exhaustive", "random"):
         typer.echo("error: --strategy must be exhaustive or random", err=True)

@@ -146,7 +146,6 @@ def measure_ceilings() -> dict:
 def tune(task, prep, check_outputs, describe):
     """Compile every config of a tune task in parallel threads, then verify and time each."""
     import concurrent.futures
-    import dataclasses
 
     import jax
 
@@ -168,7 +167,7 @@ def tune(task, prep, check_outputs, describe):
                 row.update(verdict, params=cfg, compile_s=compile_s)
                 if verdict["status"] == "pass":
                     times = timing.sample(
-                        {"kernel": lambda: compiled(*prep.inputs)}, samples=task.samples, warm_s=0.1
+                        {"kernel": functools.partial(compiled, *prep.inputs)}, samples=task.samples, warm_s=0.1
                     )
                     row["ms"] = timing.stats(times["kernel"])["median_ms"]
             except Exception as e:  # noqa: BLE001 - a config that fails to compile or run is rejected

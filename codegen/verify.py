@@ -12,7 +12,6 @@ import dataclasses
 import multiprocessing as mp
 import os
 import time
-from pathlib import Path
 
 from . import checks, pipeline, writer
 from .backends import BACKENDS
