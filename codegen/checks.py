@@ -17,10 +17,10 @@ import textwrap
 from typing import Any
 
 from . import dtypes as dt
-from .diagnostics import Diagnostic, did_you_mean
-from .expr import Expr, ExprError, NotEvaluable
+from . import mesh as _mesh
 from .backends import BACKENDS
-from .expr import Slice
+from .diagnostics import Diagnostic, did_you_mean
+from .expr import Expr, ExprError, NotEvaluable, Slice
 from .model import BLOCKED, BOUNDED, ELEMENT, SQUEEZED, Case, Code, KernelSpec, Variant
 
 # Names the generated modules use; spec names may not shadow them.
@@ -50,6 +50,8 @@ class Instance:
     grid: tuple
     block_shapes: dict  # operand -> tuple of int | None (squeezed)
     scratch_shapes: dict  # scratch name -> tuple of ints
+    mesh: dict = dataclasses.field(default_factory=dict)  # mesh kernels: mesh axis -> size
+    pipes: dict = dataclasses.field(default_factory=dict)  # mesh kernels: pipeline -> mesh.PipeInstance
 
 
 def check(spec: KernelSpec) -> list[Diagnostic]:
@@ -57,6 +59,7 @@ def check(spec: KernelSpec) -> list[Diagnostic]:
     diags += _prefetch(spec) + _inits(spec) + _aliases(spec)
     for variant in spec.variants.values():
         diags += _structure(spec, variant) + _backend_surface(spec, variant)
+        diags += _mesh.structure(spec, variant, _unknown)
     if spec.cost is not None:
         scope = set(spec.dims) | {p.name for v in spec.variants.values() for p in v.params}
         for e in (spec.cost.flops, spec.cost.transcendentals, spec.cost.bytes_accessed):
@@ -144,6 +147,11 @@ def _names(spec: KernelSpec) -> list:
         claim(dim, "dim", op.loc)
     for axis in (a for v in spec.variants.values() for a in v.grid if a.name):
         claim(axis.name, "grid axis", axis.loc)  # the body receives it as a keyword argument
+    for v in spec.variants.values():  # mesh kernels: these reach the body as keyword arguments too
+        for axis in v.mesh:
+            claim(axis.name, "mesh axis", axis.loc)
+        for pipe in v.pipelines:
+            claim(pipe.name, "pipeline", pipe.loc)
     return out
 
 
@@ -390,7 +398,7 @@ def _aliases(spec: KernelSpec) -> list:
         elif i.prefetch:
             problem = f"input {i_name} is a scalar-prefetch input", None
         elif [e.source for e in o.shape] != [e.source for e in i.shape]:
-            shown = lambda x: "[" + ", ".join(e.source for e in x.shape) + "]"  # noqa: E731
+            shown = lambda x: "[" + ", ".join(e.source for e in x.shape) + "]"
             problem = f"output {o_name} has shape {shown(o)} but input {i_name} has {shown(i)}", None
         elif _dtype_root(spec, o) != _dtype_root(spec, i):
             problem = f"output {o_name} and input {i_name} may differ in dtype", f"write `dtype: {i.follows or i_name}` for {o_name}"
@@ -605,18 +613,18 @@ def instantiate(spec: KernelSpec, v: Variant, case: Case, dtypes: dict, budget: 
     env.update(case.dims)
     out: list = []
 
-    def ev(e: Expr, what: str):
+    def ev(e: Expr, what: str, scope: dict | None = None):
         try:
-            return e.eval(env)
+            return e.eval(env if scope is None else scope)
         except ExprError as err:
             out.append(Diagnostic(err.code, f"case `{case.name}`: {what}: {err.message}", e.loc))
         except NotEvaluable:
             return None
         return None
 
-    def size(e: Expr, what: str):
+    def size(e: Expr, what: str, scope: dict | None = None):
         """A grid, block or scratch size: it must evaluate to an int."""
-        value = ev(e, what)
+        value = ev(e, what, scope)
         if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
             out.append(
                 Diagnostic("E303", f"case `{case.name}`: {what}: `{e.source}` is {value!r}, not an integer", e.loc)
@@ -666,9 +674,22 @@ def instantiate(spec: KernelSpec, v: Variant, case: Case, dtypes: dict, budget: 
             if e is not None and isinstance(n, int) and n < 1:
                 out.append(Diagnostic("E506", f"case `{case.name}`: {op.name} block dim is {n}", e.loc))
     scratch = {s.name: tuple(size(e, f"scratch {s.name}") for e in s.shape) for s in v.scratch}
+    mesh, pipes = {}, {}
+    if spec.kind == "mesh":
+        mesh, pipes = _mesh.instantiate(spec, v, case, env, size)
+        for name, n in mesh.items():
+            axis = next(a for a in v.mesh if a.name == name)
+            if isinstance(n, int) and n < 1:
+                out.append(Diagnostic("E505", f"case `{case.name}`: mesh {axis.role} {name} has size {n}", axis.size.loc))
+        evaluated = list(mesh.values()) + [x for p in pipes.values() for x in (*p.grid, p.buffers)]
+        evaluated += [x for p in pipes.values() for shapes in (p.views, p.blocks) for t in shapes.values() for x in t]
+        if None in evaluated:
+            return None, out
     if out:
         return None, out
-    inst = Instance(spec, v, case, env, shapes, dtypes, grid, blocks, scratch)
+    inst = Instance(spec, v, case, env, shapes, dtypes, grid, blocks, scratch, mesh, pipes)
+    if spec.kind == "mesh":
+        return inst, _mesh.bounds_and_coverage(inst, lambda g: grid_points(g, budget), _out_of_bounds, None)
     return inst, _bounds_and_coverage(inst, budget)
 
 
@@ -714,7 +735,7 @@ def _prefetch_fills(inst: Instance) -> list:
         low[op.name], high[op.name] = _Filled(n, 0), _Filled(n, max(bound - 1, 0))
     if not low:
         return [({}, "")]
-    shown = lambda fill: ", ".join(f"{k}[...] = {f.value}" for k, f in fill.items())  # noqa: E731
+    shown = lambda fill: ", ".join(f"{k}[...] = {f.value}" for k, f in fill.items())
     return [(low, f" with {shown(low)}"), (high, f" with {shown(high)}")]
 
 

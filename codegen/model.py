@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from . import sharding as _sharding
 from . import tuning
@@ -124,6 +125,41 @@ class Scratch:
     kind: str  # array | dma_semaphore | semaphore | barrier | accumulator
     num_arrivals: int
     loc: Location
+    tiling: tuple = ()  # Mosaic GPU SMEM arrays: plgpu.TilingTransform
+    swizzle: int | None = None  # ... then plgpu.SwizzleTransform
+
+
+@dataclasses.dataclass(frozen=True)
+class MeshAxis:
+    """One axis of a mesh kernel's mesh; its index reaches the body as `name`."""
+
+    name: str
+    role: str  # grid | cluster | threads | cores
+    size: Expr
+    loc: Location
+
+
+@dataclasses.dataclass(frozen=True)
+class PipeBlock:
+    """One operand of an emit_pipeline stage: its view, block and index map."""
+
+    operand: str
+    role: str  # "in" | "out"
+    view: tuple | None  # of Expr; None: the operand's whole shape
+    block: Block  # block_shape and index_map over the pipeline's grid
+
+
+@dataclasses.dataclass(frozen=True)
+class Pipeline:
+    """An emit_pipeline stage of a mesh kernel (`pipelines:`)."""
+
+    name: str
+    grid: tuple  # of GridAxis
+    blocks: tuple  # of PipeBlock, inputs first
+    buffers: Expr | None
+    compute_wgs: int | None  # warp-specialized: warpgroups that compute
+    memory_registers: int | None
+    loc: Location
 
 
 @dataclasses.dataclass(frozen=True)
@@ -164,6 +200,13 @@ class Variant:
     compiler_params: Mapping[str, Any]
     loc: Location
     dtypes: Mapping[str, tuple] = dataclasses.field(default_factory=dict)  # input -> allowed
+    mesh: tuple = ()  # of MeshAxis (mesh kernels)
+    pipelines: tuple = ()  # of Pipeline (mesh kernels)
+    refs: Mapping[str, str] = dataclasses.field(default_factory=dict)  # operand -> memory space (mesh kernels)
+    mesh_loc: Location | None = None
+
+    def mesh_axes(self, role: str) -> tuple:
+        return tuple(a for a in self.mesh if a.role == role)
 
     def supports(self, assignment: Mapping[str, str]) -> bool:
         """Whether this backend takes a case's dtype assignment."""
@@ -211,6 +254,8 @@ class KernelSpec:
     aliases: Mapping[str, str] = dataclasses.field(default_factory=dict)  # output -> input it overwrites
     aliases_loc: Location | None = None
     call: CallOptions = CallOptions()
+    kind: str = "pallas_call"  # or "mesh"
+    kind_loc: Location | None = None
 
     @property
     def prefetched(self) -> tuple:
@@ -379,6 +424,8 @@ class _Builder:
                     spec.get("kind", "array"),
                     spec.get("num_arrivals", 1),
                     self.doc.key_loc(here),
+                    tuple((spec.get("transforms") or {}).get("tiling", ())),
+                    (spec.get("transforms") or {}).get("swizzle"),
                 )
             )
         return tuple(out)
@@ -398,6 +445,10 @@ class _Builder:
             params.update({p.name: p for p in self.params(over.get("params"), at + ("params",))})
             blocks = dict(base_blocks)
             blocks.update(self.blocks(over.get("blocks"), at + ("blocks",)))
+            mesh_at = at + ("mesh",) if "mesh" in over else ("mesh",)
+            pipes_at = at + ("pipelines",) if "pipelines" in over else ("pipelines",)
+            refs = dict(data.get("refs") or {})
+            refs.update(over.get("refs") or {})
             out[name] = Variant(
                 backend=name,
                 grid=self.grid(over["grid"], at + ("grid",)) if "grid" in over else base_grid,
@@ -408,8 +459,59 @@ class _Builder:
                 compiler_params=self.compiler_params(over.get("compiler_params"), at + ("compiler_params",)),
                 dtypes={k: tuple(v) for k, v in (over.get("dtypes") or {}).items()},
                 loc=self.doc.key_loc(at) if "backends" in data else self.doc.loc(()),
+                mesh=self.mesh(self._at(data, mesh_at), mesh_at),
+                pipelines=self.pipelines(self._at(data, pipes_at), pipes_at),
+                refs=refs,
+                mesh_loc=self.doc.key_loc(mesh_at) if self._at(data, mesh_at) is not None else None,
             )
         return out
+
+    @staticmethod
+    def _at(data: Mapping, at: tuple):
+        for key in at:
+            if not isinstance(data, Mapping) or key not in data:
+                return None
+            data = data[key]
+        return data
+
+    def mesh(self, raw: Mapping | None, at: tuple) -> tuple:
+        out = []
+        for role in ("grid", "cluster", "threads", "cores"):
+            for name, size in ((raw or {}).get(role) or {}).items():
+                here = at + (role, name)
+                out.append(MeshAxis(name, role, self.expr(size, here), self.doc.key_loc(here)))
+        return tuple(out)
+
+    def pipelines(self, raw: Mapping | None, at: tuple) -> tuple:
+        out = []
+        for name, spec in (raw or {}).items():
+            here = at + (name,)
+            blocks = []
+            for role in ("in", "out"):
+                for op, b in (spec.get(role) or {}).items():
+                    bat = here + (role, op)
+                    shape = tuple(self.expr(v, bat + ("block_shape", i)) for i, v in enumerate(b["block_shape"]))
+                    view = tuple(self.expr(v, bat + ("view", i)) for i, v in enumerate(b["view"])) if "view" in b else None
+                    transforms = b.get("transforms") or {}
+                    block = Block(
+                        op, shape, self.index_map(b["index_map"], bat + ("index_map",)), self.doc.key_loc(bat),
+                        self.doc.loc(bat + ("block_shape",)), tuple(transforms.get("tiling", ())),
+                        transforms.get("swizzle"), b.get("delay_release", 0),
+                    )
+                    blocks.append(PipeBlock(op, role, view, block))
+            ws = spec.get("warp_specialized")
+            out.append(
+                Pipeline(
+                    name,
+                    self.grid(spec["grid"], here + ("grid",)),
+                    tuple(blocks),
+                    self.expr(spec["buffers"], here + ("buffers",)) if "buffers" in spec else None,
+                    ws["num_compute_wgs"] if ws else None,
+                    ws.get("memory_registers", 40) if ws else None,
+                    self.doc.key_loc(here),
+                )
+            )
+        return tuple(out)
 
     def compiler_params(self, raw: Mapping | None, at: tuple) -> dict:
         """Compiler params; numeric ones written as expressions (tunable) become Expr."""
@@ -496,6 +598,8 @@ def build(doc: Document) -> KernelSpec:
         aliases=dict(data.get("input_output_aliases") or {}),
         aliases_loc=doc.key_loc(("input_output_aliases",)) if "input_output_aliases" in data else None,
         call=b.call(data.get("pallas_call")),
+        kind=data.get("kind", "pallas_call"),
+        kind_loc=doc.loc(("kind",)) if "kind" in data else None,
     )
     if b.errors:
         raise SpecError(b.errors)

@@ -68,7 +68,7 @@ def _gpu_layout(block) -> str:
     transforms = [f"plgpu.TilingTransform({_tuple(map(str, block.tiling))})"] if block.tiling else []
     transforms += [f"plgpu.SwizzleTransform({block.swizzle})"] if block.swizzle else []
     kwargs = [f"transforms={_tuple(transforms)}"] if transforms else []
-    kwargs += [f"delay_release={block.delay_release}"] if block.delay_release else []
+    kwargs += [f"delay_release={block.delay_release}"] if getattr(block, "delay_release", 0) else []
     return ", ".join(kwargs)
 
 
@@ -87,6 +87,13 @@ def _block_dim(block, d: int) -> str:
     if kind == "bounded_slice":
         return f"pl.BoundedSlice({size.render()})"
     return size.render()
+
+
+def _body_names(variant: Variant) -> set:
+    try:
+        return {n.id for n in ast.walk(ast.parse(variant.body.source)) if isinstance(n, ast.Name)}
+    except SyntaxError:  # checks reported it; render() only sees checked specs
+        return set()
 
 
 def _grid_indices(variant: Variant) -> dict:
@@ -244,9 +251,77 @@ class _Context:
             dtype_limits=[(name, _tuple(jnp_dtype(d) for d in allowed)) for name, allowed in variant.dtypes.items()],
             cost_estimate=self._cost(),
         )
-        if backend.name == "mosaic_gpu":
+        if spec.kind == "mesh":
+            out.update(self._mesh(variant))
+        elif backend.name == "mosaic_gpu":
             out.update(self._pipeline(variant))  # its compiler_params lose the pipeline's fields
         return out
+
+    def _mesh(self, variant: Variant) -> dict:
+        """A mesh kernel: plgpu.kernel or pl.kernel over a TensorCore mesh, its pipelines as
+        factories the body calls, and the mesh axis indices the body mentions."""
+        gpu = variant.backend == "mosaic_gpu"
+        used = _body_names(variant)
+        grid, cluster = variant.mesh_axes("grid"), variant.mesh_axes("cluster")
+        threads, cores = variant.mesh_axes("threads"), variant.mesh_axes("cores")
+        kernel_grid = []
+        for n, axis in enumerate(grid):
+            size = axis.size.render()
+            kernel_grid.append(f"({size}) // ({cluster[n].size.render()})" if n < len(cluster) else size)
+        mesh = {}
+        if gpu:
+            mesh["grid"] = _tuple(kernel_grid)
+            mesh["grid_names"] = _tuple(f'"{a.name}"' for a in grid)
+            if cluster:
+                mesh["cluster"] = _tuple(a.size.render() for a in cluster)
+                mesh["cluster_names"] = _tuple(f'"{a.name}"' for a in cluster)
+            if threads:
+                mesh["num_threads"] = threads[0].size.render()
+                mesh["thread_name"] = f'"{threads[0].name}"'
+        else:
+            core = cores[0]
+            mesh["mesh"] = f'pltpu.create_tensorcore_mesh("{core.name}", num_cores={core.size.render()})'
+        pipelines = [self._mesh_pipeline(variant, p) for p in variant.pipelines]
+        return {
+            "grid_indices": {a.name: a.name for a in variant.mesh if a.name in used},
+            "kernel_kwargs": [p.name for p in variant.pipelines] + [p.name for p in variant.params] + list(self.spec.dims),
+            "mesh_args": [f"{k}={v}" for k, v in mesh.items()],
+            "pipelines": pipelines,
+            "num_sms": any("num_sms" in a.size.names for a in grid),
+            "refs": {o.name: variant.refs.get(o.name) for o in self.spec.operands if variant.refs.get(o.name)},
+        }
+
+    def _mesh_pipeline(self, variant: Variant, pipe) -> dict:
+        gpu = variant.backend == "mosaic_gpu"
+        names = [a.name for a in pipe.grid]
+        specs = {"in": [], "out": []}
+        for pb in pipe.blocks:
+            block = pb.block
+            shape = _tuple(e.render() for e in block.block_shape)
+            index_map = _lambda(names, _tuple(r.render(traced=True) for r in block.index_map.results))
+            extra = [kw for kw in [_gpu_layout(block)] if kw] if gpu else []
+            cls = "plgpu.BlockSpec" if extra else "pl.BlockSpec"
+            specs[pb.role].append(f"{cls}({', '.join([shape, index_map] + extra)})")
+        options = []
+        if gpu and pipe.compute_wgs:
+            thread = variant.mesh_axes("threads")[0].name
+            options += [f'wg_axis="{thread}"', f"num_compute_wgs={pipe.compute_wgs}", f"memory_registers={pipe.memory_registers}"]
+        if gpu:
+            options.append(f"max_concurrent_steps={pipe.buffers.render() if pipe.buffers is not None else 2}")
+        views = [f"{pb.operand} [{', '.join(e.source for e in (pb.view or self.spec.operand(pb.operand).shape))}]"
+                 for pb in pipe.blocks]
+        function = ("plgpu.emit_pipeline_warp_specialized" if pipe.compute_wgs else "plgpu.emit_pipeline") if gpu \
+            else "pltpu.emit_pipeline"
+        return {
+            "name": pipe.name,
+            "function": function,
+            "grid": _tuple(a.size.render() for a in pipe.grid),
+            "in_specs": specs["in"],
+            "out_specs": specs["out"],
+            "options": options,
+            "views": ", ".join(views),
+            "step_args": ("(indices, " if gpu else "(") + ", ".join(f"{pb.operand}_block" for pb in pipe.blocks) + ")",
+        }
 
     def _pipeline(self, variant: Variant) -> dict:
         """plgpu.kernel + plgpu.emit_pipeline: the parallel grid axes are the kernel's grid
@@ -258,18 +333,18 @@ class _Context:
         parallel = [n for n, s in enumerate(semantics) if s == "parallel"]
         sequential = [n for n, s in enumerate(semantics) if s != "parallel"]
         specs = {o.name: self._block(variant, o, (names, sequential)) for o in self.spec.operands}
-        return dict(
-            kernel_grid=_tuple(variant.grid[n].size.render() for n in parallel),
-            kernel_grid_names=_tuple(f'"{names[n]}"' for n in parallel),
-            operand_refs=[f"{o.name}_ref" for o in self.spec.operands],
-            parallel_indices=[names[n] for n in parallel],
-            pipeline_grid=_tuple(variant.grid[n].size.render() for n in sequential),
-            pipeline_indices=[names[n] for n in sequential],
-            pipeline_in_specs=[specs[o.name] for o in self.spec.inputs],
-            pipeline_out_specs=[specs[o.name] for o in self.spec.outputs],
-            max_concurrent_steps=depth.render() if isinstance(depth, Expr) else depth,
-            compiler_params=self._params_call(variant.backend, params),
-        )
+        return {
+            "kernel_grid": _tuple(variant.grid[n].size.render() for n in parallel),
+            "kernel_grid_names": _tuple(f'"{names[n]}"' for n in parallel),
+            "operand_refs": [f"{o.name}_ref" for o in self.spec.operands],
+            "parallel_indices": [names[n] for n in parallel],
+            "pipeline_grid": _tuple(variant.grid[n].size.render() for n in sequential),
+            "pipeline_indices": [names[n] for n in sequential],
+            "pipeline_in_specs": [specs[o.name] for o in self.spec.inputs],
+            "pipeline_out_specs": [specs[o.name] for o in self.spec.outputs],
+            "max_concurrent_steps": depth.render() if isinstance(depth, Expr) else depth,
+            "compiler_params": self._params_call(variant.backend, params),
+        }
 
     def _aliases(self) -> str | None:
         """pallas_call's input_output_aliases: {input position in the call: output position}."""
@@ -333,7 +408,8 @@ class _Context:
         if s.kind == "accumulator":
             return f"plgpu.ACC({shape}, {jnp_dtype(s.dtype or 'float32')})"
         if variant.backend == "mosaic_gpu":
-            return f"plgpu.SMEM({shape}, {jnp_dtype(s.dtype)})"
+            layout = _gpu_layout(s)
+            return f"plgpu.SMEM({shape}, {jnp_dtype(s.dtype)}{', ' + layout if layout else ''})"
         space = "SMEM" if s.memory_space == "smem" else "VMEM"
         return f"pltpu.{space}({shape}, {jnp_dtype(s.dtype)})"
 
@@ -444,7 +520,8 @@ def render(spec: KernelSpec, spec_path: str, tuned: dict | None = None) -> dict:
         "reference.py": env.get_template("reference.py.j2").render(ctx.reference()),
     }
     for name, variant in spec.variants.items():
-        files[f"{name}.py"] = env.get_template(BACKENDS[name].template).render(ctx.kernel(variant))
+        template = "mesh.py.j2" if spec.kind == "mesh" else BACKENDS[name].template
+        files[f"{name}.py"] = env.get_template(template).render(ctx.kernel(variant))
     if spec.sharding is not None:
         files["sharded.py"] = env.get_template("sharded.py.j2").render(ctx.sharded())
     for fname, text in files.items():

@@ -28,6 +28,12 @@ DOT_FUNCTIONS = {"dot", "matmul", "dot_general"}
 
 
 def check(inst) -> list:
+    if inst.spec.kind == "mesh":
+        from . import mesh
+
+        limits = {"smem": HOPPER_SMEM_LIMIT, "tma": TMA_MAX_BLOCK_DIM,
+                  "vmem": compiler_param(inst, "vmem_limit_bytes") or TPU_DEFAULT_VMEM_LIMIT}
+        return mesh.rules(inst, _where(inst), tpu_sublane_tile, _tma_box, limits)
     rules = {"mosaic_tpu": _mosaic_tpu, "triton": _triton, "mosaic_gpu": _mosaic_gpu}
     rule = rules.get(inst.variant.backend)
     return rule(inst) if rule else []

@@ -34,6 +34,40 @@ def sharded(section: str, *more: tuple) -> str:
     return mutate(V, ("cases:", "sharding:\n" + section + "cases:"), *more)
 
 
+# A small valid mesh kernel (kind: mesh) for Mosaic GPU: two CTAs, each doubling its half
+# of the vector through a pipeline; mesh-kernel bad specs change one line of it.
+MESH = """\
+kspec: 1
+name: tiny_mesh
+kind: mesh
+params:
+  bs: 128
+inputs:
+  x: {shape: [N], dtype: float32}
+outputs:
+  o: {shape: [N], dtype: x}
+mesh:
+  grid: {sm: 2}
+pipelines:
+  steps:
+    grid: {i: "N // 2 // bs"}
+    in:
+      x: {view: ["N // 2"], block_shape: [bs], index_map: "i -> (i,)"}
+    out:
+      o: {view: ["N // 2"], block_shape: [bs], index_map: "i -> (i,)"}
+body: |
+  half = pl.ds(sm * (N // 2), N // 2)
+  def step(indices, x_block, o_block):
+      o_block[...] = x_block[...] * 2
+  steps(step)(x_ref.at[half], o_ref.at[half])
+reference: |
+  return x * 2
+cases:
+  - {name: c, N: 1024}
+backends:
+  mosaic_gpu:
+"""
+
 Y_INPUT = ("  x: {shape: [N], dtype: float32}\n", "  x: {shape: [N], dtype: float32}\n  y: {shape: [N], dtype: float32}\n")
 
 # code -> the bad spec (text or bytes; None: the file does not exist).
@@ -75,6 +109,9 @@ SPECS = {
     "E412": mutate(V, ("cases:", "input_output_aliases: {o: y}\ncases:")),
     "E413": backend('  triton:\n    blocks:\n      x: {block_shape: [bs], index_map: "i -> (i,)", memory_space: vmem}\n'),
     "E414": backend("  interpret:\n    scratch:\n      bar: {shape: [1], kind: barrier}\n"),
+    "E430": mutate(V, ("cases:", "mesh:\n  cores: {core: 2}\ncases:")),
+    "E431": mutate(MESH, ("  grid: {sm: 2}", "  cores: {core: 2}")),
+    "E432": mutate(MESH, ("      o: {view", "      y: {view")),
     "E500": mutate(V, ("{name: c, N: 64}", "{name: c}")),
     "E501": mutate(V, ("cases:", 'constraints:\n  - {expr: "N % 128 == 0", message: N must be a multiple of 128}\ncases:')),
     "E502": mutate(V, (O_BLOCK, 'o: {block_shape: [bs], index_map: "i -> (i + 1,)"}')),
@@ -108,6 +145,8 @@ SPECS = {
     "E713": backend("  triton:\n    params: {warps: 6}\n    compiler_params: {num_warps: warps}\n"),
     "E721": backend("  mosaic_gpu:\n    scratch:\n      buf: {shape: [256, 256], dtype: float32, memory_space: smem}\n"),
     "E722": backend("  mosaic_gpu:\n    params: {bs: 512}\n"),
+    "E723": mutate(MESH, ("  grid: {sm: 2}", "  grid: {sm: 2}\n  threads: {wg: 9}")),
+    "E724": mutate(MESH, ("  grid: {sm: 2}", "  grid: {sm: num_sms}\n  cluster: {c: 5}")),
     "E800": sharded("  mesh: {d: 4}\n  specs: {x: [e], o: [d]}\n"),
     "E801": sharded("  mesh: {d: 4}\n  specs: {x: [[d, d]], o: [d]}\n"),
     "E802": sharded("  mesh: {d: 4}\n  specs: {x: [d, null], o: [d]}\n"),
@@ -153,6 +192,9 @@ EXPECTED = {
     "E412": ['specs/bad.yaml:18:1: error[E412]: input_output_aliases: `y` is not an input', '  = help: alias an output to an input of the same shape and dtype'],
     "E413": ["specs/bad.yaml:23:7: error[E413]: triton: x: memory_space vmem is not one of triton's", '  = help: memory spaces on triton: none'],
     "E414": ['specs/bad.yaml:23:7: error[E414]: interpret: scratch bar is a barrier, which interpret does not have', '  = help: scratch kinds on interpret: array, dma_semaphore, semaphore'],
+    "E430": ['specs/bad.yaml:18:1: error[E430]: interpret: `mesh`, `pipelines` and `refs` belong to mesh kernels', '  = help: add `kind: mesh` at the top of the spec, or remove them'],
+    "E431": ['specs/bad.yaml:10:1: error[E431]: mosaic_gpu: the mesh needs a `grid`', '  = help: e.g. `grid: {sm: num_sms}` for a persistent kernel', 'specs/bad.yaml:11:11: error[E431]: mosaic_gpu: mesh `cores` is not a mosaic_gpu mesh axis', '  = help: mosaic_gpu meshes take grid, cluster, threads'],
+    "E432": ['specs/bad.yaml:18:7: error[E432]: mosaic_gpu: pipeline steps: block for unknown operand `y`'],
     "E500": ['specs/bad.yaml:19:5: error[E500]: case `c` does not bind dim `N`', '  = help: add `N: <int>`'],
     "E501": ['specs/bad.yaml:21:5: error[E501]: case `c` (N=64): N must be a multiple of 128', '  = help: constraint at line 19'],
     "E502": ['specs/bad.yaml:13:37: error[E502]: case `c`: o.index_map at grid point (7,) gives block index (8,); dim 0 is 8, valid 0..7', '  = help: o dim 0 has 64 elements in blocks of 8'],
@@ -174,6 +216,8 @@ EXPECTED = {
     "E713": ['specs/bad.yaml:21:3: error[E713]: case `c` (triton): num_warps is 6; Triton runs 1, 2, 4, 8, 16 or 32 warps per program', '  = help: give num_warps (or the param it names) a power of two up to 32'],
     "E721": ['specs/bad.yaml:21:3: error[E721]: case `c` (mosaic_gpu): shared memory estimate 258 KiB (blocks x 1 steps 0 KiB + scratch) exceeds 227 KiB per block on Hopper', '  = help: use smaller blocks or fewer max_concurrent_steps'],
     "E722": ['specs/bad.yaml:12:3: error[E722]: case `c` (mosaic_gpu): x block (512,) is too large for TMA, which copies at most 256 elements along each dim', '  = help: use smaller blocks and cover the rest with the grid', 'specs/bad.yaml:13:3: error[E722]: case `c` (mosaic_gpu): o block (512,) is too large for TMA, which copies at most 256 elements along each dim', '  = help: use smaller blocks and cover the rest with the grid'],
+    "E723": ['specs/bad.yaml:12:13: error[E723]: case `c` (mosaic_gpu): 9 warpgroups per CTA are 1152 CUDA threads; a CTA has 1 to 1024 (8 warpgroups)', '  = help: use at most 8 warpgroups'],
+    "E724": ['specs/bad.yaml:12:13: error[E724]: case `c` (mosaic_gpu): cluster c of 5 does not divide grid sm of 132 (num_sms = 132)', '  = help: choose a cluster size that divides the grid axis'],
     "E800": ['specs/bad.yaml:20:15: error[E800]: x: unknown mesh axis `e`', '  = help: mesh axes: d'],
     "E801": ['specs/bad.yaml:20:15: error[E801]: x: mesh axis `d` appears twice in the partition spec', '  = help: a mesh axis can split at most one dim of an operand, once'],
     "E802": ['specs/bad.yaml:20:11: error[E802]: x: partition spec has 2 entries but x has rank 1', '  = help: give at most one entry per dim; null leaves a dim whole'],

@@ -1,0 +1,314 @@
+"""Mesh kernels (`kind: mesh`): checks of the mesh, the refs and the emit_pipeline stages.
+
+A mesh kernel runs its body once per point of a mesh over whole refs: on Mosaic GPU
+`plgpu.kernel` (a grid of CTAs, optional clusters, warpgroup threads), on Mosaic TPU
+`pl.kernel` over a TensorCore mesh. Its blocks live in declared `pipelines:`, which
+the body calls (`k_loop(step)(a_ref.at[rows], b_ref)`); each pipeline block is checked
+like a BlockSpec is: rank, index-map arity, bounds and coverage over its view, and the
+backend's tiling, TMA and memory-budget rules. Nothing here traces JAX.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import math
+
+from . import dtypes as dt
+from .diagnostics import Diagnostic, did_you_mean
+from .expr import ExprError, NotEvaluable
+
+MESH_BACKENDS = ("mosaic_gpu", "mosaic_tpu")
+ROLES = {"mosaic_gpu": ("grid", "cluster", "threads"), "mosaic_tpu": ("cores",)}
+REF_SPACES = {"mosaic_gpu": ("gmem",), "mosaic_tpu": ("any", "hbm")}
+DEFAULT_REF_SPACE = {"mosaic_gpu": "gmem", "mosaic_tpu": "any"}
+NUM_SMS = "num_sms"  # in a Mosaic GPU mesh grid: the device's SM count
+CHECKED_NUM_SMS = 132  # H100 SXM and H200: what the checks assume for num_sms
+WARPGROUP = 128  # CUDA threads per Mosaic GPU thread (a warpgroup)
+MAX_CTA_THREADS = 1024  # CUDA threads per CTA
+MAX_CLUSTER = 8  # CTAs per cluster that every Hopper launch accepts (portable size)
+
+
+@dataclasses.dataclass(frozen=True)
+class PipeInstance:
+    """A pipeline with its sizes evaluated for one case."""
+
+    grid: tuple
+    views: dict  # operand -> view shape
+    blocks: dict  # operand -> block shape
+    buffers: int
+
+
+def _count(n: int, one: str, many: str) -> str:
+    return f"{n} {one if n == 1 else many}"
+
+
+def structure(spec, v, unknown) -> list:
+    """Case-independent checks of one variant (E430 to E432, E402 to E404, E301).
+
+    `unknown(expr, scope, what)` is checks._unknown (unknown names in an expression)."""
+    if spec.kind != "mesh":
+        if v.mesh or v.pipelines or v.refs:
+            return [Diagnostic("E430", f"{v.backend}: `mesh`, `pipelines` and `refs` belong to mesh kernels",
+                               v.mesh_loc or v.loc, "add `kind: mesh` at the top of the spec, or remove them")]
+        return []
+    out = []
+    where = v.backend
+    if v.grid or v.blocks:
+        out.append(Diagnostic("E430", f"{where}: a mesh kernel has no grid or blocks: its body gets whole refs",
+                              v.loc, "declare the mesh under `mesh:` and per-step blocks under `pipelines:`"))
+    if v.backend not in MESH_BACKENDS:
+        return out + [Diagnostic("E431", f"{where}: mesh kernels run on mosaic_gpu and mosaic_tpu, not {v.backend}",
+                                 v.loc, "declare the kernel for mosaic_gpu or mosaic_tpu under `backends:`")]
+    roles = ROLES[v.backend]
+    if not v.mesh:
+        return out + [Diagnostic("E431", f"{where}: a mesh kernel needs a `mesh:` for this backend", v.loc,
+                                 "e.g. `mesh: {grid: {sm: num_sms}}` (mosaic_gpu) or `mesh: {cores: {core: 2}}` (mosaic_tpu)")]
+    for axis in v.mesh:
+        if axis.role not in roles:
+            out.append(Diagnostic("E431", f"{where}: mesh `{axis.role}` is not a {v.backend} mesh axis",
+                                  axis.loc, f"{v.backend} meshes take {', '.join(roles)}"))
+    if v.backend == "mosaic_gpu":
+        grid, cluster = v.mesh_axes("grid"), v.mesh_axes("cluster")
+        if not grid:
+            out.append(Diagnostic("E431", f"{where}: the mesh needs a `grid`", v.mesh_loc or v.loc,
+                                  "e.g. `grid: {sm: num_sms}` for a persistent kernel"))
+        if len(cluster) > len(grid):
+            out.append(Diagnostic("E431", f"{where}: the cluster has {len(cluster)} axes but the grid {len(grid)}",
+                                  cluster[0].loc, "give one cluster axis per leading grid axis"))
+    params = {p.name for p in v.params}
+    scope = params | set(spec.dims)
+    for axis in v.mesh:
+        extra = {NUM_SMS} if axis.role == "grid" else set()
+        out += unknown(axis.size, scope | extra, f"mesh {axis.role} {axis.name}")
+    operands = {o.name: o for o in spec.operands}
+    for name, space in v.refs.items():
+        if name not in operands:
+            out.append(Diagnostic("E432", f"{where}: refs names `{name}`, which is not an operand", v.loc,
+                                  did_you_mean(name, operands)))
+        elif space not in REF_SPACES[v.backend]:
+            out.append(Diagnostic("E432", f"{where}: ref {name} in {space}: {v.backend} takes "
+                                  f"{' or '.join(REF_SPACES[v.backend])}", v.loc))
+    for pipe in v.pipelines:
+        out += _pipeline_structure(spec, v, pipe, scope, operands, unknown)
+    return out
+
+
+def _pipeline_structure(spec, v, pipe, scope, operands, unknown) -> list:
+    out = []
+    where = f"{v.backend}: pipeline {pipe.name}"
+    if not pipe.grid or not all(a.name for a in pipe.grid):
+        out.append(Diagnostic("E432", f"{where}: the grid must map axis names to sizes", pipe.loc, "e.g. `grid: {k: K // bk}`"))
+    for axis in pipe.grid:
+        out += unknown(axis.size, scope, f"pipeline {pipe.name} grid")
+    if pipe.buffers is not None:
+        out += unknown(pipe.buffers, scope, f"pipeline {pipe.name} buffers")
+    if v.backend == "mosaic_tpu":
+        gpu_only = [w for w, present in (("buffers", pipe.buffers is not None), ("warp_specialized", pipe.compute_wgs))
+                    if present]
+        gpu_only += [f"{b.operand} transforms" for b in pipe.blocks if b.block.tiling or b.block.swizzle]
+        gpu_only += [f"{b.operand} delay_release" for b in pipe.blocks if b.block.delay_release]
+        for what in gpu_only:
+            out.append(Diagnostic("E432", f"{where}: {what} is Mosaic GPU only", pipe.loc,
+                                  "Mosaic TPU pipelines double-buffer every block"))
+    if pipe.compute_wgs and not v.mesh_axes("threads"):
+        out.append(Diagnostic("E432", f"{where}: a warp-specialized pipeline needs `threads` in the mesh", pipe.loc,
+                              f"add `threads: {{wg: {pipe.compute_wgs + 1}}}` (the compute warpgroups and one that copies)"))
+    for pb in pipe.blocks:
+        op = operands.get(pb.operand)
+        label = f"{pipe.name}.{pb.role}.{pb.operand}"
+        if op is None:
+            out.append(Diagnostic("E432", f"{where}: block for unknown operand `{pb.operand}`", pb.block.loc,
+                                  did_you_mean(pb.operand, operands)))
+            continue
+        want = "input" if pb.role == "in" else "output"
+        if op.role != want:
+            out.append(Diagnostic("E432", f"{where}: {pb.operand} is an {op.role}, listed under `{pb.role}`", pb.block.loc,
+                                  "list inputs under `in` and outputs under `out`"))
+        rank = len(pb.view) if pb.view is not None else op.rank
+        for e in pb.view or ():
+            out += unknown(e, scope, f"{label}.view")
+        for e in pb.block.block_shape:
+            out += unknown(e, scope, f"{label}.block_shape")
+        if len(pb.block.block_shape) != rank:
+            out.append(Diagnostic("E402", f"{label}: block_shape has {len(pb.block.block_shape)} dims but the view has rank {rank}",
+                                  pb.block.shape_loc, "give one entry per dim of the view"))
+        imap = pb.block.index_map
+        if len(imap.args) != len(pipe.grid):
+            names = ", ".join(a.name or "i" for a in pipe.grid)
+            out.append(Diagnostic("E403", f"{label}: index_map takes {_count(len(imap.args), 'index', 'indices')} "
+                                  f"but pipeline {pipe.name} has {_count(len(pipe.grid), 'axis', 'axes')}",
+                                  imap.loc, f"write one name per pipeline axis, e.g. `{names} -> ...`"))
+        if len(imap.results) != len(pb.block.block_shape):
+            out.append(Diagnostic("E404", f"{label}: index_map returns {_count(len(imap.results), 'block index', 'block indices')} "
+                                  f"but the block has {_count(len(pb.block.block_shape), 'dim', 'dims')}",
+                                  imap.loc, "return one block index per dim of block_shape"))
+        allowed = scope | set(imap.args)
+        out += [Diagnostic("E301", f"{label}.index_map: unknown name `{n}`", imap.loc, did_you_mean(n, allowed))
+                for n in sorted(imap.names - allowed)]
+    return out
+
+
+def instantiate(spec, v, case, env: dict, size) -> tuple:
+    """(mesh sizes, {pipeline: PipeInstance}) for one case; `size(expr, what, env)` evaluates
+    a size (reporting through checks.instantiate). None entries where a size did not evaluate."""
+    menv = dict(env, **{NUM_SMS: CHECKED_NUM_SMS})
+    sizes = {a.name: size(a.size, f"mesh {a.role} {a.name}", menv) for a in v.mesh}
+    pipes = {}
+    for pipe in v.pipelines:
+        grid = tuple(size(a.size, f"pipeline {pipe.name} grid", env) for a in pipe.grid)
+        views, blocks = {}, {}
+        for pb in pipe.blocks:
+            op = spec.operand(pb.operand)
+            exprs = pb.view if pb.view is not None else op.shape
+            views[pb.operand] = tuple(size(e, f"{pipe.name}.{pb.operand}.view", env) for e in exprs)
+            blocks[pb.operand] = tuple(size(e, f"{pipe.name}.{pb.operand}.block_shape", env) for e in pb.block.block_shape)
+        buffers = size(pipe.buffers, f"pipeline {pipe.name} buffers", env) if pipe.buffers is not None else 2
+        pipes[pipe.name] = PipeInstance(grid, views, blocks, buffers)
+    return sizes, pipes
+
+
+def bounds_and_coverage(inst, grid_points, out_of_bounds, coverage_message) -> list:
+    """E505/E506 on sizes, E502 for pipeline index maps leaving their view, E503 for output
+    views the pipeline leaves unwritten; walks each pipeline grid like a pallas_call grid."""
+    out = []
+    case = inst.case
+    for pipe in inst.variant.pipelines:
+        pi = inst.pipes[pipe.name]
+        for axis, n in zip(pipe.grid, pi.grid):
+            if n < 1:
+                out.append(Diagnostic("E505", f"case `{case.name}`: pipeline {pipe.name} axis {axis.name} has size {n}", axis.size.loc))
+        if pi.buffers < 1:
+            out.append(Diagnostic("E505", f"case `{case.name}`: pipeline {pipe.name} buffers is {pi.buffers}", pipe.buffers.loc))
+        if out:
+            continue
+        for pb in pipe.blocks:
+            block, view, bshape = pb.block, pi.views[pb.operand], pi.blocks[pb.operand]
+            if any(b < 1 for b in bshape) or any(n < 1 for n in view):
+                out.append(Diagnostic("E506", f"case `{case.name}`: {pipe.name}.{pb.operand} has view {view} and block {bshape}",
+                                      block.shape_loc))
+                continue
+            points, exhaustive = grid_points(pi.grid)
+            visited, reported = set(), False
+            for point in points:
+                env = dict(inst.env, **dict(zip(block.index_map.args, point)))
+                try:
+                    idx = block.index_map.eval(env)
+                except NotEvaluable:
+                    exhaustive = False
+                    break
+                except ExprError as err:
+                    out.append(Diagnostic(err.code, f"case `{case.name}`: {pipe.name}.{pb.operand}.index_map: {err.message}",
+                                          block.index_map.loc))
+                    break
+                bad = out_of_bounds(idx, view, bshape, block)
+                if bad is not None and not reported:
+                    d, what, hint = bad
+                    out.append(Diagnostic("E502", f"case `{case.name}`: {pipe.name}.{pb.operand}.index_map at step {point} "
+                                          f"gives block index {tuple(idx)}; dim {d} {what}", block.index_map.loc,
+                                          f"the view of {pb.operand} dim {d} {hint}"))
+                    reported = True
+                if bad is None:
+                    visited.add(idx)
+            if pb.role == "out" and exhaustive and not reported:
+                counts = [-(-n // b) for n, b in zip(view, bshape)]
+                missing = next((t for t in itertools.product(*(range(c) for c in counts)) if t not in visited), None)
+                if missing is not None:
+                    out.append(Diagnostic("E503", f"case `{case.name}`: pipeline {pipe.name} never writes block {missing} "
+                                          f"of its {pb.operand} view {view}", block.loc,
+                                          "make the pipeline grid and index_map reach every block of the view"))
+    return out
+
+
+# -- hardware rules -----------------------------------------------------------------
+
+
+def rules(inst, where: str, tpu_tile, tma_box, limits: dict) -> list:
+    """The backend rules for a mesh kernel's instance (called from rules.check)."""
+    if inst.variant.backend == "mosaic_gpu":
+        return _gpu(inst, where, tma_box, limits)
+    return _tpu(inst, where, tpu_tile, limits)
+
+
+def _pipe_bytes(inst, pipe, dtypes) -> int:
+    pi = inst.pipes[pipe.name]
+    return sum(math.prod(pi.blocks[pb.operand]) * dt.itemsize(dtypes[pb.operand]) for pb in pipe.blocks)
+
+
+def _scratch_bytes(inst, spaces: tuple) -> int:
+    return sum(
+        math.prod(inst.scratch_shapes[s.name]) * dt.itemsize(s.dtype)
+        for s in inst.variant.scratch
+        if s.kind == "array" and s.memory_space in spaces
+    )
+
+
+def _gpu(inst, where: str, tma_box, limits: dict) -> list:
+    out = []
+    v = inst.variant
+    threads = v.mesh_axes("threads")
+    wgs = inst.mesh[threads[0].name] if threads else 1
+    if wgs * WARPGROUP > MAX_CTA_THREADS or wgs < 1:
+        out.append(Diagnostic("E723", f"{where}: {wgs} warpgroups per CTA are {wgs * WARPGROUP} CUDA threads; "
+                              f"a CTA has 1 to {MAX_CTA_THREADS} ({MAX_CTA_THREADS // WARPGROUP} warpgroups)",
+                              threads[0].loc, f"use at most {MAX_CTA_THREADS // WARPGROUP} warpgroups"))
+    for pipe in v.pipelines:
+        if pipe.compute_wgs and threads and wgs != pipe.compute_wgs + 1:
+            out.append(Diagnostic("E723", f"{where}: pipeline {pipe.name} computes on {pipe.compute_wgs} warpgroups and copies "
+                                  f"on one more, but the mesh has {wgs}", threads[0].loc,
+                                  f"set threads to {pipe.compute_wgs + 1}"))
+    grid = v.mesh_axes("grid")
+    cluster = v.mesh_axes("cluster")
+    ctas = 1
+    for g, c in zip(grid, cluster):
+        n, k = inst.mesh[g.name], inst.mesh[c.name]
+        ctas *= k
+        if k < 1 or n % k:
+            sms = f" ({NUM_SMS} = {CHECKED_NUM_SMS})" if NUM_SMS in g.size.names else ""
+            out.append(Diagnostic("E724", f"{where}: cluster {c.name} of {k} does not divide grid {g.name} of {n}{sms}",
+                                  c.loc, "choose a cluster size that divides the grid axis"))
+    if ctas > MAX_CLUSTER:
+        out.append(Diagnostic("E724", f"{where}: a cluster of {ctas} CTAs is above the portable limit of {MAX_CLUSTER}",
+                              cluster[0].loc, f"use at most {MAX_CLUSTER} CTAs per cluster"))
+    pipes = 0
+    for pipe in v.pipelines:
+        pipes += _pipe_bytes(inst, pipe, inst.dtypes) * inst.pipes[pipe.name].buffers
+        for pb in pipe.blocks:
+            shape = inst.pipes[pipe.name].blocks[pb.operand]
+            box = tma_box(shape, pb.block.tiling)
+            if max(box) > limits["tma"]:
+                tiled = f" (tiled by {pb.block.tiling} it is copied as {box})" if pb.block.tiling else ""
+                out.append(Diagnostic("E722", f"{where}: pipeline {pipe.name} block of {pb.operand} {shape}{tiled} is too "
+                                      f"large for TMA, which copies at most {limits['tma']} elements along each dim",
+                                      pb.block.loc, "use smaller blocks and cover the rest with the pipeline grid"))
+    total = pipes + _scratch_bytes(inst, ("smem", "vmem"))
+    if total > limits["smem"]:
+        out.append(Diagnostic("E721", f"{where}: shared memory estimate {total // 1024} KiB (pipeline blocks x buffers "
+                              f"{pipes // 1024} KiB + scratch) exceeds {limits['smem'] // 1024} KiB per block on Hopper",
+                              v.loc, "use smaller blocks, fewer pipeline buffers or less scratch"))
+    return out
+
+
+def _tpu(inst, where: str, tpu_tile, limits: dict) -> list:
+    out = []
+    v = inst.variant
+    blocks = 0
+    for pipe in v.pipelines:
+        pi = inst.pipes[pipe.name]
+        blocks += _pipe_bytes(inst, pipe, inst.dtypes) * 2
+        for pb in pipe.blocks:
+            shape, view = pi.blocks[pb.operand], pi.views[pb.operand]
+            sub = tpu_tile(inst.dtypes[pb.operand])
+            tail = list(zip(shape[-2:], view[-2:], (sub, 128))) if len(shape) >= 2 else []
+            for b, n, t in tail:
+                if b % t and b != n:
+                    out.append(Diagnostic("E701", f"{where}: pipeline {pipe.name} block of {pb.operand} {shape}: dim of {b} "
+                                          f"is neither a multiple of {t} nor the view's {n}", pb.block.shape_loc,
+                                          f"make the last two block dims multiples of ({sub}, 128) for "
+                                          f"{inst.dtypes[pb.operand]}, or the whole view"))
+    total = blocks + _scratch_bytes(inst, ("vmem",))
+    if total > limits["vmem"]:
+        out.append(Diagnostic("E703", f"{where}: VMEM estimate {total / 2**20:.1f} MiB (pipeline blocks x 2 buffers "
+                              f"{blocks / 2**20:.1f} MiB + scratch) exceeds the limit of {limits['vmem'] / 2**20:.1f} MiB",
+                              v.loc, "use smaller pipeline blocks, or raise compiler_params.vmem_limit_bytes"))
+    return out

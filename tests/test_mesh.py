@@ -1,0 +1,152 @@
+"""Mesh kernels (`kind: mesh`): checks, codegen, TPU interpret runs, Mosaic GPU lowering."""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import json
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from conftest import REPO, mutate, run_kspec
+from jax.experimental.pallas import tpu as pltpu
+from test_diagnostics import MESH
+
+from codegen import checks, pipeline, tune
+
+
+def _spec(name: str):
+    compiled = pipeline.compile_spec(REPO / "specs" / f"{name}.yaml")
+    assert compiled.ok, compiled.diagnostics
+    return compiled.spec
+
+
+def _tpu(cores: int = 2):
+    return pltpu.InterpretParams(detect_races=True, num_cores_or_threads=cores, uninitialized_memory="nan")
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_tpu_core_mesh_kernel_matches_reference_on_two_simulated_cores(dtype):
+    module = importlib.import_module("generated.rms_norm_cores.mosaic_tpu")
+    reference = importlib.import_module("generated.rms_norm_cores.reference")
+    keys = jax.random.split(jax.random.key(0), 2)
+    x = jax.random.normal(keys[0], (256, 256), jnp.float32).astype(dtype)
+    w = jax.random.normal(keys[1], (1, 256), jnp.float32).astype(dtype)
+    got = module.rms_norm_cores(x, w, interpret=_tpu())
+    want = reference.rms_norm_cores_reference(x, w)
+    tol = 1e-5 if dtype == "float32" else 2e-2
+    np.testing.assert_allclose(np.asarray(got, np.float32), np.asarray(want, np.float32), rtol=tol, atol=tol)
+    one_core = module.rms_norm_cores(x, w, cores=1, interpret=_tpu(1))
+    assert np.array_equal(np.asarray(one_core, np.float32), np.asarray(got, np.float32))
+
+
+def test_tpu_core_mesh_kernel_lowers_for_tpu_on_a_cpu():
+    module = importlib.import_module("generated.rms_norm_cores.mosaic_tpu")
+    shapes = [jax.ShapeDtypeStruct((512, 256), jnp.float32), jax.ShapeDtypeStruct((1, 256), jnp.float32)]
+    text = jax.jit(module.rms_norm_cores).trace(*shapes).lower(lowering_platforms=("tpu",)).as_text()
+    assert "tpu_custom_call" in text
+
+
+def test_persistent_mosaic_gpu_matmul_lowers_for_cuda_on_a_cpu():
+    module = importlib.import_module("generated.matmul_persistent.mosaic_gpu")
+    shapes = [jax.ShapeDtypeStruct((1024, 512), jnp.bfloat16), jax.ShapeDtypeStruct((512, 768), jnp.bfloat16)]
+    text = jax.jit(module.matmul_persistent).trace(*shapes).lower(lowering_platforms=("cuda",)).as_text()
+    assert "mosaic_gpu" in text
+
+
+def test_generated_mesh_modules_spell_the_mesh_and_pipelines():
+    gpu = (REPO / "generated" / "matmul_persistent" / "mosaic_gpu.py").read_text()
+    for line in (
+        "return plgpu.emit_pipeline_warp_specialized(",
+        "grid=(num_sms,),",
+        'grid_names=("sm",),',
+        "num_threads=3,",
+        'thread_name="wg",',
+        "max_concurrent_steps=steps,",
+        'wg_axis="wg",',
+        "plgpu.SMEM((2, tm, epi), jnp.bfloat16, transforms=(plgpu.TilingTransform((8, 64)), plgpu.SwizzleTransform(128))),",
+        "compiler_params=plgpu.CompilerParams(lowering_semantics=plgpu.LoweringSemantics.Warpgroup),",
+        'wg=lax.axis_index("wg"),',
+    ):
+        assert line in gpu, line
+    tpu = (REPO / "generated" / "rms_norm_cores" / "mosaic_tpu.py").read_text()
+    for line in (
+        'mesh=pltpu.create_tensorcore_mesh("core", num_cores=cores),',
+        "return pltpu.emit_pipeline(",
+        "pl.BlockSpec((bm, N), lambda i: (i, 0)),",
+        'core=lax.axis_index("core"),',
+        "interpret=interpret,",
+    ):
+        assert line in tpu, line
+
+
+def test_tune_prunes_mesh_configs_over_the_shared_memory_budget():
+    spec = _spec("matmul_persistent")
+    variant = spec.variants["mosaic_gpu"]
+    case = spec.bench[0]
+    dtypes = {"a": "bfloat16", "b": "bfloat16", "o": "bfloat16"}
+    kept, pruned = tune.prune(spec, variant, case, dtypes, [{"tm": 128, "tn": 128, "steps": 4}, {"tm": 128, "tn": 128, "steps": 5}])
+    assert kept == [{"tm": 128, "tn": 128, "steps": 4}]
+    assert pruned == [
+        (
+            {"tm": 128, "tn": 128, "steps": 5},
+            ("E721: case `b8192` (mosaic_gpu): shared memory estimate 272 KiB (pipeline blocks x buffers 240 KiB "
+            "+ scratch) exceeds 227 KiB per block on Hopper"),
+        )
+    ]
+
+
+def _check(text: str, tmp_path: Path):
+    (tmp_path / "specs").mkdir(exist_ok=True)
+    (tmp_path / "specs" / "bad.yaml").write_text(text)
+    return run_kspec("check", "specs/bad.yaml", cwd=tmp_path)
+
+
+def test_pipeline_blocks_are_checked_like_block_specs(tmp_path):
+    r = _check(mutate(MESH, ('o: {view: ["N // 2"], block_shape: [bs], index_map: "i -> (i,)"}',
+                             'o: {view: ["N // 2"], block_shape: [bs], index_map: "i -> (i + 1,)"}')), tmp_path)
+    assert r.rc == 2
+    assert (
+        "specs/bad.yaml:18:59: error[E502]: case `c`: steps.o.index_map at step (3,) gives block index (4,); "
+        "dim 0 is 4, valid 0..3" in r.out
+    )
+    r = _check(mutate(MESH, ('grid: {i: "N // 2 // bs"}', 'grid: {i: "N // 4 // bs"}')), tmp_path)
+    assert r.rc == 2
+    assert "error[E503]: case `c`: pipeline steps never writes block (2,) of its o view (512,)" in r.out
+    r = _check(mutate(MESH, ('index_map: "i -> (i,)"}\n    out', 'index_map: "i, j -> (i,)"}\n    out')), tmp_path)
+    assert "error[E403]: steps.in.x: index_map takes 2 indices but pipeline steps has 1 axis" in r.out
+    r = _check(mutate(MESH, ("block_shape: [bs], index_map", "block_shape: [bs, 2], index_map")), tmp_path)
+    assert "error[E402]: steps.in.x: block_shape has 2 dims but the view has rank 1" in r.out
+    r = _check(mutate(MESH, ("  grid: {sm: 2}", "  grid: {sm: 2}\n  threads: {wg: 2}"),
+                      ('    grid: {i: "N // 2 // bs"}', '    grid: {i: "N // 2 // bs"}\n    warp_specialized: {num_compute_wgs: 2}')),
+               tmp_path)
+    assert "error[E723]: case `c` (mosaic_gpu): pipeline steps computes on 2 warpgroups and copies on one more, but the mesh has 2" in r.out
+
+
+def test_verify_runs_mesh_kernels_and_catches_cores_that_overlap(tmp_path):
+    (tmp_path / "specs").mkdir()
+    good = (REPO / "specs" / "rms_norm_cores.yaml").read_text()
+    (tmp_path / "specs" / "rms_norm_cores.yaml").write_text(good)
+    # Both cores take the first half of the rows: the second half is never written.
+    bad = mutate(good, ("name: rms_norm_cores", "name: rms_norm_overlap"),
+                 ("mine = pl.ds(core * share, share)", "mine = pl.ds(0, share)"))
+    (tmp_path / "specs" / "rms_norm_overlap.yaml").write_text(bad)
+    r = run_kspec("generate", cwd=tmp_path)
+    assert r.rc == 0, r.both
+    report = tmp_path / "verify.json"
+    r = run_kspec("verify", "--case", "wide", "--json", str(report), cwd=tmp_path, timeout=300)
+    assert r.rc == 1, r.both
+    rows = {(x["kernel"], x["status"]) for x in json.loads(report.read_text())["results"]}
+    assert rows == {("rms_norm_cores", "pass"), ("rms_norm_overlap", "fail")}
+
+
+def test_mesh_instance_evaluates_mesh_and_pipelines():
+    spec = _spec("matmul_persistent")
+    inst, diags = checks.instantiate(spec, spec.variants["mosaic_gpu"], spec.bench[0], {"a": "bfloat16", "b": "bfloat16", "o": "bfloat16"})
+    assert diags == []
+    assert inst.mesh == {"sm": 132, "wg": 3}
+    pipe = inst.pipes["k_loop"]
+    assert dataclasses.astuple(pipe) == ((128,), {"a": (128, 8192), "b": (8192, 256)}, {"a": (128, 64), "b": (64, 256)}, 4)
