@@ -217,6 +217,7 @@ def _run(task: Task, start: float) -> dict:
     if task.backend == "mosaic_tpu" and jax.default_backend() != "tpu":
         call, recorder, interpret_note = _tpu_interpret(call, task)
     before = [np.asarray(x).copy() for x in prep.inputs]
+    reference_outputs(prep)  # from the inputs as they are before the kernel runs
     captured = io.StringIO()
     with contextlib.redirect_stdout(captured):
         outs = jax.block_until_ready(call(*prep.inputs))
@@ -236,8 +237,12 @@ def _run(task: Task, start: float) -> dict:
 
 def _clobbered(prep: Prepared, before: list) -> str | None:
     """A message if the kernel changed one of its inputs (e.g. an out-of-bounds store)."""
+    import jax.numpy as jnp
+
     for op, x, old in zip(prep.spec.inputs, prep.inputs, before):
-        now = np.asarray(x)
+        # A fresh copy on the device: np.asarray(x) of a GPU array returns its cached host
+        # copy, which would never show a store that landed in x's device buffer.
+        now = np.asarray(jnp.copy(x))
         changed = int(np.sum((now != old) & ~((now != now) & (old != old))))  # NaN == NaN here
         if changed:
             return (
@@ -264,6 +269,18 @@ def _run_sharded(task: Task, prep: Prepared, start: float) -> dict:
     return check_outputs(task, prep, outs, round(time.monotonic() - start, 3))
 
 
+def reference_outputs(prep: Prepared) -> tuple:
+    """The reference's outputs at higher precision, computed once per prepared task."""
+    import jax
+
+    if prep.refs is None:
+        ref_fn = functools.partial(prep.ref_fn, **prep.ref_params)
+        with jax.default_matmul_precision("highest"):
+            refs = ref_fn(*[_upcast(x) for x in prep.inputs])
+        prep.refs = jax.block_until_ready(tuple(refs) if isinstance(refs, (tuple, list)) else (refs,))
+    return prep.refs
+
+
 def check_outputs(task: Task, prep: Prepared, outs, seconds: float) -> dict:
     """Compare a kernel's outputs with the reference run at higher precision."""
     import jax
@@ -272,11 +289,7 @@ def check_outputs(task: Task, prep: Prepared, outs, seconds: float) -> dict:
     spec = prep.spec
     outs = outs if isinstance(outs, (tuple, list)) else (outs,)
     ref_fn = functools.partial(prep.ref_fn, **prep.ref_params)
-    if prep.refs is None:
-        with jax.default_matmul_precision("highest"):
-            refs = ref_fn(*[_upcast(x) for x in prep.inputs])
-        prep.refs = tuple(refs) if isinstance(refs, (tuple, list)) else (refs,)
-    refs = prep.refs
+    refs = reference_outputs(prep)
     if not len(refs) == len(outs) == len(spec.outputs):
         return result(
             task, "fail",

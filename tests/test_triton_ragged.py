@@ -1,0 +1,50 @@
+"""Pallas Triton does not mask a ragged last block: the generated Triton modules pad blocked
+dims to whole blocks and crop the outputs, so no program touches memory past an array.
+
+On an H200 (jax 0.11.2) the unpadded add_1d kernel with N=5000, bs=1024 stored 256 bytes
+past its output, over the first 64 elements of the next buffer (docs/runs/
+2026-11-21-h200-repro-triton-1d-ragged.json, scripts/repro_triton_1d_ragged.py).
+"""
+
+from __future__ import annotations
+
+import importlib
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+
+def _lowered(module, fn, *shapes, **params) -> str:
+    mod = importlib.import_module(module)
+    args = [jax.ShapeDtypeStruct(s, jnp.float32) for s in shapes]
+    return jax.jit(lambda *a: getattr(mod, fn)(*a, **params)).trace(*args).lower(lowering_platforms=("cuda",)).as_text()
+
+
+def test_ragged_1d_blocks_are_padded_and_cropped():
+    ragged = _lowered("generated.add_1d.triton", "add_1d", (5000,), (5000,), bs=1024)
+    assert "stablehlo.pad" in ragged  # x and y to 5120 (one padding function, called twice)
+    assert "tensor<5120xf32>" in ragged and "stablehlo.slice" in ragged
+    even = _lowered("generated.add_1d.triton", "add_1d", (8192,), (8192,), bs=1024)
+    assert "stablehlo.pad" not in even and "stablehlo.slice" not in even
+
+
+def test_ragged_matmul_rows_are_padded():
+    text = _lowered("generated.matmul.triton", "matmul", (200, 256), (256, 128), bm=64, bn=64, bk=32)
+    assert "tensor<256x256xf32>" in text  # x: 200 rows padded to 4 blocks of 64
+    assert "tensor<256x128xf32>" in text and "stablehlo.slice" in text
+
+
+def test_whole_blocks_and_crop_round_trip():
+    sig = importlib.import_module("generated.add._signature")
+    x = jnp.arange(15.0).reshape(3, 5)
+    padded = sig.whole_blocks(x, (2, None))
+    assert padded.shape == (4, 5)
+    np.testing.assert_array_equal(padded[:3], x)
+    np.testing.assert_array_equal(padded[3], 0)
+    assert sig.whole_blocks(x, (3, None)) is x
+    assert sig.whole(5000, 1024) == 5120
+    assert sig.crop(padded, (3, 5)).shape == (3, 5)
+    assert sig.crop(x, (3, 5)) is x
+    a, b = sig.crop((padded, padded), ((3, 5), (4, 5)))
+    assert a.shape == (3, 5) and b is padded
