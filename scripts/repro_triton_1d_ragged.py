@@ -48,10 +48,9 @@ import os
 import sys
 import time
 
-import numpy as np
-
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as pltriton
 
@@ -97,7 +96,7 @@ def params(num_warps):
 def make_add(n, bs, dtype, num_warps=None, *, variant="plain", debug=False):
     spec = pl.BlockSpec((bs,), lambda i: (i,))
     grid = (pl.cdiv(n, bs),)
-    common = dict(grid=grid, compiler_params=params(num_warps), interpret=INTERPRET, debug=debug)
+    common = {"grid": grid, "compiler_params": params(num_warps), "interpret": INTERPRET, "debug": debug}
     if variant == "plain":
         return pl.pallas_call(_add_kernel, out_shape=jax.ShapeDtypeStruct((n,), dtype),
                               in_specs=[spec, spec], out_specs=spec, **common)
@@ -369,8 +368,8 @@ def _ranges(idx) -> str:
 def fmt(row) -> str:
     g = "".join(f" {k}:{v}" for k, v in row.get("guards_changed", {}).items() if v)
     after = row.get("array_after_o", "-")
-    s = (f"{row['mode']:10} N={row['N']:<8} bs={row['bs']:<5} {row['dtype']:8} w={str(row['num_warps']):7} "
-         f"oob={row['oob_elems']:<5} pred_spill={row['predicted_spill']:<5} after_o={str(after):4} "
+    s = (f"{row['mode']:10} N={row['N']:<8} bs={row['bs']:<5} {row['dtype']:8} w={row['num_warps']!s:7} "
+         f"oob={row['oob_elems']:<5} pred_spill={row['predicted_spill']:<5} after_o={after!s:4} "
          f"x_clob={row['x_clobbered']:<5} y_clob={row['y_clobbered']:<4} o_wrong={row['o_wrong']:<4} "
          f"verify_wrong={row['verify_style_wrong']:<4}{g}")
     return s

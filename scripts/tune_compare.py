@@ -26,13 +26,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from codegen import timing  # noqa: E402
-from codegen import tuning as tg  # noqa: E402
+from codegen import timing
+from codegen import tuning as tg
 
 
 def entries(root: Path, kernel: str, backend: str, case: str) -> list:
     out = []
-    for _device, es in tg.tables(root, kernel).items():
+    for es in tg.tables(root, kernel).values():
         out += [e for e in es if e["backend"] == backend and e.get("case") == case]
     return out
 
@@ -85,7 +85,7 @@ def main() -> int:
     print(f"random:     {rnd['tried']} tried of a {space}-config space ({rnd['tried'] / space:.0%}), "
           f"{rnd['timed']} timed, {rnd['rejected']} rejected; best {rnd['ranked'][0][0]} {rnd['ranked'][0][1]:.3f} ms")
     in_tune = rnd["ranked"][0][1] / exh["ranked"][0][1]
-    exh_ms = dict((key(p), ms) for p, ms in exh["ranked"])
+    exh_ms = {key(p): ms for p, ms in exh["ranked"]}
     print(f"tune-time ratio random/exhaustive (two processes): {in_tune:.4f}; the random best as timed in the "
           f"exhaustive run: {exh_ms.get(key(rnd['ranked'][0][0]), float('nan')):.3f} ms")
 
@@ -101,7 +101,6 @@ def main() -> int:
 
     import jax
     import jax.numpy as jnp
-    import numpy as np
 
     fn = getattr(mod, a.kernel)
     spec_case = {"b8192": (8192, 8192, 8192), "b4096": (4096, 4096, 4096), "b2048": (2048, 2048, 2048)}.get(a.case)
