@@ -98,3 +98,22 @@ def test_unknown_strategy_is_a_usage_error(tmp_path):
     rc, out = kspec("tune", "--strategy", "genetic", cwd=project(tmp_path))
     assert rc == 2
     assert "--strategy must be exhaustive or random" in out
+
+
+def test_tuned_entry_is_checked_against_constraints_with_the_untuned_params(monkeypatch):
+    """A constraint may read an untuned param (matmul_persistent: K % tk == 0); resolving a
+    tuned entry for this device must see it (it raised KeyError: 'tk' on an H200)."""
+    import jax
+    import jax.numpy as jnp
+
+    from generated.matmul_persistent import _tuning
+
+    kind = jax.devices()[0].device_kind
+    key = (kind, "mosaic_gpu", "bfloat16", (8192, 8192, 8192), (("epi", 64), ("tk", 64)))
+    monkeypatch.setitem(_tuning.TABLE, key, {"snake": 16, "steps": 3, "tm": 128, "tn": 64})
+    a = jnp.zeros((8, 8), jnp.bfloat16)
+    got = _tuning.resolve("mosaic_gpu", (a, a), (8192, 8192, 8192), {}, {"tk": 64, "epi": 64})
+    assert got == {"tm": 128, "tn": 64, "steps": 3, "snake": 16}
+    # the tuned config breaks the constraint for these dims (N % (2 * tn)): defaults instead
+    got = _tuning.resolve("mosaic_gpu", (a, a), (8192, 8192, 8100), {}, {"tk": 64, "epi": 64})
+    assert got == _tuning.DEFAULTS["mosaic_gpu"]
