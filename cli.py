@@ -15,6 +15,7 @@ import typer
 
 from codegen import __version__, pipeline, writer
 from codegen.diagnostics import Diagnostic
+from codegen.verify import DEFAULT_SCHEDULES
 
 EPILOG = """
 Examples:
@@ -148,6 +149,12 @@ def verify(
     lower: bool = typer.Option(False, "--lower", help="Lower each backend for its own platform instead of running."),
     timeout: float = typer.Option(300.0, "--timeout", help="Seconds allowed per case."),
     repeat: int = typer.Option(1, "--repeat", min=1, help="Run everything with N seeds: seed, seed+1, ..."),
+    schedules: int = typer.Option(
+        DEFAULT_SCHEDULES, "--schedules", min=1,
+        help="Run each mosaic_tpu task in TPU interpret mode (off a TPU) under N schedules, cycling through "
+        "(on_wait DMAs, 2 cores), (eager, 1), (eager, 2), (on_wait, 1), each with its own seed for the order of "
+        "the parallel grid axes; outputs must match the reference and, bit for bit, each other.",
+    ),
     devices: Optional[int] = typer.Option(
         None, "--devices", min=1,
         help="Verify the sharded variants (specs with `sharding:`) on a mesh of N devices instead "
@@ -169,7 +176,7 @@ def verify(
     else:
         tasks, skipped = v.plan(
             results, backends=backend or [], cases=case or [], seed=seed, lower=lower, platform=info["platform"],
-            repeat=repeat,
+            repeat=repeat, schedules=schedules,
         )
     try:
         outcomes = _run_with_progress(session, tasks)

@@ -17,6 +17,9 @@ from . import checks, pipeline, writer
 from .backends import BACKENDS
 
 STATUSES = ("pass", "fail", "error", "skip")
+# mosaic_tpu off a TPU runs in TPU interpret mode under this many schedules per task
+# (seed x DMA mode x cores; codegen/multicore.py): the four combinations of DMA mode and cores.
+DEFAULT_SCHEDULES = 4
 
 
 @dataclasses.dataclass(frozen=True)
@@ -37,6 +40,7 @@ class Task:
     ceilings: tuple = ()  # bench: measured (bandwidth GB/s, bf16 TFLOP/s) to use as the roofline
     configs: tuple = ()  # tune: the configs to compile, verify and time, each ((param, value), ...)
     devices: int = 0  # sharded: the mesh is built from this many devices
+    schedules: int = DEFAULT_SCHEDULES  # run, mosaic_tpu in TPU interpret mode: schedules to run
 
     @property
     def label(self) -> str:
@@ -83,15 +87,17 @@ def matrix(compiled: list, *, backends: list, cases: list, suite: str = "cases")
 
 
 def plan(
-    compiled: list, *, backends: list, cases: list, seed: int, lower: bool, platform: str | None, repeat: int = 1
+    compiled: list, *, backends: list, cases: list, seed: int, lower: bool, platform: str | None, repeat: int = 1,
+    schedules: int = DEFAULT_SCHEDULES,
 ) -> tuple:
-    """(tasks, skipped results) for every valid spec; `repeat` runs it all with seeds seed, seed+1, ..."""
+    """(tasks, skipped results) for every valid spec; `repeat` runs it all with seeds seed, seed+1, ...;
+    `schedules`: how many schedules each mosaic_tpu task runs under in TPU interpret mode."""
     tasks, skipped = [], []
     for k in range(repeat):
         for c, name, i, case, assign, label in matrix(compiled, backends=backends, cases=cases):
             task = Task(
                 str(c.path), c.spec.name, name, case.name, i, tuple(assign.items()), label, seed + k,
-                "lower" if lower else "run", str(pipeline.out_root_for(c.path)),
+                "lower" if lower else "run", str(pipeline.out_root_for(c.path)), schedules=schedules,
             )
             why = _skip_reason(name, platform, lower) or _dtype_reason(c.spec.variants[name], assign)
             if not why:

@@ -21,14 +21,11 @@ from pathlib import Path
 
 import numpy as np
 
-from . import checks, dtypes as dt, pipeline
+from . import checks, dtypes as dt, multicore, pipeline
 from .compare import compare
 from .verify import Task, result
 
 _compiled: dict = {}
-# TPU interpret mode simulates a megacore: `parallel` grid axes are split over the cores,
-# visited in a seeded random order, and the happens-before race detector is on.
-TPU_INTERPRET_CORES = 2
 
 
 def main(conn, env: dict) -> None:
@@ -212,26 +209,51 @@ def _run(task: Task, start: float) -> dict:
     if task.mode == "sharded":
         return _run_sharded(task, prep, start)
     call = functools.partial(prep.fn, **prep.params)
-    interpret_note = ""
-    recorder = None
     if task.backend == "mosaic_tpu" and jax.default_backend() != "tpu":
-        call, recorder, interpret_note = _tpu_interpret(call, task)
+        return _run_schedules(task, prep, call, start)
     before = [np.asarray(x).copy() for x in prep.inputs]
     reference_outputs(prep)  # from the inputs as they are before the kernel runs
-    captured = io.StringIO()
-    with contextlib.redirect_stdout(captured):
+    with contextlib.redirect_stdout(io.StringIO()):  # what the kernel prints is not verify's output
         outs = jax.block_until_ready(call(*prep.inputs))
     seconds = round(time.monotonic() - start, 3)
-    if recorder is not None:
-        race = _race_report(prep.inst, recorder, captured.getvalue())
-        if race:
-            return result(task, "fail", race + interpret_note, seconds=seconds)
     clobbered = _clobbered(prep, before)
     if clobbered:
-        return result(task, "fail", clobbered + interpret_note, seconds=seconds)
-    out = check_outputs(task, prep, outs, seconds)
-    if out["status"] != "pass":
-        out["message"] += interpret_note
+        return result(task, "fail", clobbered, seconds=seconds)
+    return check_outputs(task, prep, outs, seconds)
+
+
+def _run_schedules(task: Task, prep: Prepared, call, start: float) -> dict:
+    """Off a TPU: the kernel in TPU interpret mode under each of the task's schedules
+    (codegen.multicore). Any race, or outputs that differ between schedules, fail the task;
+    otherwise the outputs, the same under all of them, are checked against the reference."""
+    plan = multicore.schedules(task.seed, task.schedules)
+    extra = {"schedules": [s.to_json() for s in plan]}
+    prefetch = {op.name: np.asarray(x).tolist() for op, x in zip(prep.spec.inputs, prep.inputs) if op.prefetch}
+    before = [np.asarray(x).copy() for x in prep.inputs]
+    reference_outputs(prep)
+    runs = []
+    for schedule in plan:
+        try:
+            runs.append(multicore.run(call, prep.inputs, schedule))
+        except Exception as e:  # noqa: BLE001 - say which schedule it was
+            revisit = multicore.revisit(prep.inst, prefetch, e, call, prep.inputs, schedule)
+            _reset_tpu_interpret()
+            status, message = ("fail", revisit) if revisit else ("error", _first_lines(e))
+            message += multicore.note(plan, schedule)
+            return result(task, status, message, seconds=round(time.monotonic() - start, 3), **extra)
+        clobbered = _clobbered(prep, before)
+        if clobbered:
+            message = clobbered + multicore.note(plan, schedule)
+            return result(task, "fail", message, seconds=round(time.monotonic() - start, 3), **extra)
+    seconds = round(time.monotonic() - start, 3)
+    found = multicore.diagnose(prep.inst, prefetch, runs)
+    first = (multicore.compared(prep.inst, runs) or runs)[0]
+    out = dict(check_outputs(task, prep, first.outs, seconds), **extra)
+    if found:
+        against = f"\n  against the reference, schedule {first.schedule.number}: {out['message']}" if out["message"] else ""
+        out.update(status="fail", message=found + against)
+    elif out["status"] != "pass":
+        out["message"] += multicore.note(plan)
     return out
 
 
@@ -319,59 +341,6 @@ def check_outputs(task: Task, prep: Prepared, outs, seconds: float) -> dict:
     metrics = {k: worst[k] for k in ("max_abs_err", "max_rel_err", "rel_err", "frac_within_tol")}
     status = "pass" if worst["passed"] else "fail"
     return result(task, status, worst["message"], seconds=seconds, tolerance=tol, **metrics)
-
-
-def _tpu_interpret(call, task: Task):
-    from jax.experimental.pallas import tpu as pltpu
-
-    visits: list = []
-
-    def record(token, point, core):
-        visits.append((tuple(int(v) for v in np.asarray(point)), int(np.asarray(core))))
-        return token
-
-    _reset_tpu_interpret()
-    params = pltpu.InterpretParams(
-        detect_races=True,
-        out_of_bounds_reads="raise",
-        uninitialized_memory="nan",
-        num_cores_or_threads=TPU_INTERPRET_CORES,
-        random_seed=task.seed % (2**31),
-        grid_point_recorder=record,
-    )
-    note = f" [TPU interpret mode, {TPU_INTERPRET_CORES} cores, seed {task.seed}]"
-    return functools.partial(call, interpret=params), visits, note
-
-
-def _race_report(inst, visits: list, printed: str) -> str | None:
-    from jax._src.pallas.mosaic.interpret import interpret_pallas_call as ipc
-
-    state = getattr(ipc, "races", None)
-    if state is None or not getattr(state, "races_found", False):
-        return None
-    for op in inst.spec.outputs:
-        block = inst.variant.blocks.get(op.name)
-        if block is None or block.index_map is None:
-            continue
-        owner: dict = {}
-        for point, core in visits:
-            env = dict(inst.env, **dict(zip(block.index_map.args, point)))
-            try:
-                idx = block.index_map.eval(env)
-            except Exception:  # noqa: BLE001
-                break
-            if idx in owner and owner[idx][1] != core:
-                (p0, c0) = owner[idx]
-                axes = [
-                    inst.variant.grid[a].name or f"axis {a}" for a in range(len(point)) if point[a] != p0[a]
-                ]
-                return (
-                    f"data race: grid points {p0} (core {c0}) and {point} (core {core}) both write block "
-                    f"{idx} of output {op.name}; they differ along grid {', '.join(axes)}"
-                )
-            owner.setdefault(idx, (point, core))
-    first = " ".join(printed.strip().splitlines()[:3])
-    return f"data race detected by TPU interpret mode: {first}"
 
 
 def _lower(task: Task, fn, inputs, params, start: float) -> dict:
