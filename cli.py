@@ -262,11 +262,19 @@ def tune(
     paths: Optional[List[Path]] = PathsArg,
     backend: Optional[List[str]] = typer.Option(None, "--backend", "-b", help="Only these backends (repeatable)."),
     case: Optional[List[str]] = typer.Option(None, "--case", help="Only bench cases with these names (repeatable)."),
-    strategy: str = typer.Option("exhaustive", "--strategy", help="exhaustive or random."),
-    budget_trials: Optional[int] = typer.Option(None, "--budget-trials", min=1, help="Most configs to try per case."),
+    strategy: str = typer.Option(
+        "exhaustive", "--strategy",
+        help="exhaustive (every config), random (a seeded sample) or guided (a first batch ranked by a static "
+             "score of the blocks, then batches around the fastest so far; see docs/bench.md).",
+    ),
+    budget_trials: Optional[int] = typer.Option(
+        None, "--budget-trials", min=1,
+        help="Most configs to try per case (default: all; guided: a third of the pruned space, counting the "
+             "trials already recorded).",
+    ),
     budget_seconds: Optional[float] = typer.Option(None, "--budget-seconds", min=1, help="Stop starting new cases after this long."),
     samples: int = typer.Option(10, "--samples", min=3, help="Timed samples per config."),
-    seed: Optional[int] = typer.Option(None, "--seed", help="Seed for inputs and the random strategy."),
+    seed: Optional[int] = typer.Option(None, "--seed", help="Seed for inputs and the random and guided strategies."),
     tuning_dir: Optional[Path] = typer.Option(None, "--tuning-dir", help="Where results go (default: tuning/ beside generated/)."),
     timeout: float = typer.Option(1800.0, "--timeout", help="Seconds allowed per config batch."),
 ) -> None:
@@ -274,11 +282,12 @@ def tune(
     import time
 
     from codegen import checks
+    from codegen import tune as tn
     from codegen import tuning as tg
     from codegen.backends import BACKENDS
 
-    if strategy not in ("exhaustive", "random"):
-        typer.echo("error: --strategy must be exhaustive or random", err=True)
+    if strategy not in tn.STRATEGIES:
+        typer.echo("error: --strategy must be exhaustive, random or guided", err=True)
         raise typer.Exit(2)
     results, session, seed = _start_run(paths, backend, seed, timeout)
     info = session.info
@@ -317,6 +326,7 @@ def _tune_case(session, store, done, spec, variant, index, case, assign, suite, 
     """Tune one backend x case x dtype; append every trial to the store. True if nothing passed."""
     from codegen import tune as tn
     from codegen import tuning as tg
+    from codegen.devices import peak_for
     from codegen.verify import Task
 
     label = ",".join(dict.fromkeys(assign[o.name] for o in spec.inputs))
@@ -329,20 +339,34 @@ def _tune_case(session, store, done, spec, variant, index, case, assign, suite, 
         entry = dict(base, params=cfg, status="pruned", ms=None, message=why)
         if tg.key(entry) not in done:
             store.append(entry)
-    todo = [cfg for cfg in tn.choose(kept, strategy=strategy, budget=budget, seed=seed)
-            if tg.key(dict(base, params=cfg)) not in done]
+    wanted = {tg.key(dict(base, params=cfg)): tn.key(cfg) for cfg in kept}
+    tried = {wanted[tg.key(e)]: e["ms"] if e["status"] == "pass" else None
+             for e in store.entries if tg.key(e) in wanted}
+    scores = tn.scores(spec, variant, case, assign, kept, peak_for(info["device"])) if strategy == "guided" else None
+    next_batch = tn.search(kept, strategy=strategy, budget=budget, seed=seed, scores=scores)
+    todo = next_batch(tried)  # exhaustive and random name all their configs at once
+    planned = len(todo)
+    if strategy == "guided":  # one batch at a time, up to its budget
+        planned = max(0, min(budget or tn.default_budget(strategy, len(kept)), len(kept)) - len(tried))
     typer.echo(f"{spec.name}[{variant.backend}] {case.name} {label}: {len(kept) + len(pruned)} configs, "
-               f"{len(pruned)} pruned statically, {len(todo)} to try")
-    if todo:
+               f"{len(pruned)} pruned statically, {planned} to try")
+    started = 0
+    while todo:
         task = Task(str(spec.path), spec.name, variant.backend, case.name, index, tuple(assign.items()), label,
                     seed, "tune", str(out_root), suite=suite, samples=samples,
-                    configs=tuple(tuple(sorted(c.items())) for c in todo))
-        for row in _stream_with_progress(session, task, len(todo)):
+                    configs=tuple(tn.key(c) for c in todo))
+        for row in _stream_with_progress(session, task, started, planned):
             entry = dict(base, params=row.get("params", {}), status=row["status"], ms=row.get("ms"),
                          message=row["message"].splitlines()[0] if row["message"] else "")
             store.append(entry)
+            if row.get("params"):
+                tried[tn.key(row["params"])] = entry["ms"] if row["status"] == "pass" else None
             if row["status"] != "pass":
                 typer.echo(f"  rejected {entry['params']}: {row['status']}: {entry['message']}")
+        for cfg in todo:  # a config left without a result (its worker died) counts as tried
+            tried.setdefault(tn.key(cfg), None)
+        started += len(todo)
+        todo = next_batch(tried)
     current = [e for e in store.entries if e["backend"] == variant.backend and e["dtype"] == label
                and e["bucket"] == base["bucket"] and tg.fixed(e) == tg.fixed(base)
                and e["kernel_sha"] == spec.kernel_sha and e["status"] == "pass"]
@@ -357,17 +381,17 @@ def _tune_case(session, store, done, spec, variant, index, case, assign, suite, 
     return False
 
 
-def _stream_with_progress(session, task, total: int):
+def _stream_with_progress(session, task, started: int, total: int):
     if sys.stderr.isatty():
         from rich.progress import Progress
 
         with Progress(transient=True) as progress:
-            bar = progress.add_task(f"tuning {task.label}", total=total)
+            bar = progress.add_task(f"tuning {task.label}", total=total, completed=started)
             for row in session.stream(task):
                 progress.advance(bar)
                 yield row
         return
-    for i, row in enumerate(session.stream(task), 1):
+    for i, row in enumerate(session.stream(task), started + 1):
         typer.echo(f"[{i}/{total}] {row['status']:5} {row.get('params')}", err=True)
         yield row
 

@@ -149,13 +149,15 @@ def tune(task, prep, check_outputs, describe):
 
     import jax
 
+    from .tune import COMPILE_THREADS
+
     configs = [dict(c) for c in task.configs]
 
     def build(cfg):
         fn = functools.partial(prep.fn, **dict(prep.params, **cfg))
         return _compile(fn, prep.inputs)
 
-    with concurrent.futures.ThreadPoolExecutor(max_workers=4) as pool:
+    with concurrent.futures.ThreadPoolExecutor(max_workers=COMPILE_THREADS) as pool:
         futures = [pool.submit(build, cfg) for cfg in configs]
         for cfg, future in zip(configs, futures):
             row = result(task, "error")
