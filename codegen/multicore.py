@@ -201,11 +201,13 @@ def _steps(inst) -> int:
 
 
 def _varied(inst, a: Schedule, b: Schedule) -> list:
-    """What differs between two schedules that can change a kernel's result."""
+    """What differs between two schedules that can change a kernel's result. The DMA mode
+    matters only to a kernel that starts DMAs, which it waits for on DMA semaphores."""
     parallel = _parallel(inst)
     steps = _steps(inst)
+    dmas = any(s.kind == "dma_semaphore" for s in inst.variant.scratch)
     out = []
-    if a.dma != b.dma:
+    if a.dma != b.dma and dmas:
         out.append(f"DMA mode ({a.dma} vs {b.dma})")
     if a.cores != b.cores and steps > 1:
         out.append(f"cores ({a.cores} vs {b.cores})")
@@ -269,8 +271,11 @@ def _writers(inst, prefetch: dict, name: str, element: tuple, a: Run, b: Run) ->
                     f"{', '.join(_axis(inst, p) for p in axes)}; schedule {a.schedule.number} writes it in the order "
                     f"{_order(seqs[0], a)}, schedule {b.schedule.number} in the order {_order(seqs[1], b)}"
                 )
-            who = f"only grid point {points[0]}" if len(points) == 1 else f"grid points {', '.join(map(str, points))}"
-            why = f"{where} is written by {who} in the same order under both schedules, so what differs is what was read"
+            if len(points) == 1:
+                why = f"{where} is written only by grid point {points[0]}, so what differs is what it read"
+            else:
+                why = (f"{where} is written by grid points {', '.join(map(str, points))} in the same order under both "
+                       "schedules, so what differs is what they read")
     varied = _varied(inst, a.schedule, b.schedule)
     parallel = [_axis(inst, p) for p in _parallel(inst) if inst.grid[p] > 1]
     axes = f"the parallel grid axes involved: {', '.join(parallel)}" if parallel else "the kernel has no parallel grid axis"
