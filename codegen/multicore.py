@@ -201,11 +201,13 @@ def _steps(inst) -> int:
 
 
 def _varied(inst, a: Schedule, b: Schedule) -> list:
-    """What differs between two schedules that can change a kernel's result."""
+    """What differs between two schedules that can change a kernel's result. The DMA mode
+    matters only to a kernel that starts DMAs, which it waits for on DMA semaphores."""
     parallel = _parallel(inst)
     steps = _steps(inst)
+    dmas = any(s.kind == "dma_semaphore" for s in inst.variant.scratch)
     out = []
-    if a.dma != b.dma:
+    if a.dma != b.dma and dmas:
         out.append(f"DMA mode ({a.dma} vs {b.dma})")
     if a.cores != b.cores and steps > 1:
         out.append(f"cores ({a.cores} vs {b.cores})")
@@ -240,42 +242,46 @@ def _difference(inst, prefetch: dict, a: Run, b: Run) -> list:
 def _writers(inst, prefetch: dict, name: str, element: tuple, a: Run, b: Run) -> str:
     """Which grid points wrote the differing element, and the axes their order differs along."""
     block = inst.variant.blocks.get(name)
+    seqs = [_visits_writing(inst, prefetch, name, block, element, r) for r in (a, b)]
     if block is not None and block.index_map is None and block.memory_space in ("any", "hbm"):
         why = f"{name} is written by the kernel's own DMAs (memory_space {block.memory_space}), so its writers are not known"
+    elif None in seqs or not seqs[0]:
+        why = f"the block of {name} holding {element} could not be found from its index map"
     else:
-        found = {}
-        seqs = []
-        for r in (a, b):
-            seq = []
-            for point, core in r.visits:
-                index = _block_index(inst, prefetch, block, point)
-                if index is None:
-                    seq = None
-                    break
-                if _covers(inst, name, block, index, element):
-                    found.setdefault(point, index)
-                    seq.append((point, core))
-            seqs.append(seq)
-        if None in seqs or not found:
-            why = f"the block of {name} holding {element} could not be found from its index map"
+        index = _block_index(inst, prefetch, block, seqs[0][0][0])
+        points = list(dict.fromkeys(p for p, _ in seqs[0]))
+        axes = [p for p in _parallel(inst) if len({q[p] for q in points}) > 1]
+        where = f"block {index} of {name}"
+        if axes and seqs[0] != seqs[1]:
+            return (
+                f"{where} is written by grid points {', '.join(map(str, points))}, which differ along parallel grid "
+                f"{', '.join(_axis(inst, p) for p in axes)}; schedule {a.schedule.number} writes it in the order "
+                f"{_order(seqs[0], a)}, schedule {b.schedule.number} in the order {_order(seqs[1], b)}"
+            )
+        if len(points) == 1:
+            why = f"{where} is written only by grid point {points[0]}, so what differs is what it read"
         else:
-            index = next(iter(found.values()))
-            points = list(found)
-            axes = [p for p in _parallel(inst) if len({q[p] for q in points}) > 1]
-            where = f"block {index} of {name}"
-            if axes and seqs[0] != seqs[1]:
-                return (
-                    f"{where} is written by grid points {', '.join(map(str, points))}, which differ along parallel grid "
-                    f"{', '.join(_axis(inst, p) for p in axes)}; schedule {a.schedule.number} writes it in the order "
-                    f"{_order(seqs[0], a)}, schedule {b.schedule.number} in the order {_order(seqs[1], b)}"
-                )
-            who = f"only grid point {points[0]}" if len(points) == 1 else f"grid points {', '.join(map(str, points))}"
-            why = f"{where} is written by {who} in the same order under both schedules, so what differs is what was read"
-    varied = _varied(inst, a.schedule, b.schedule)
+            why = (f"{where} is written by grid points {', '.join(map(str, points))} in the same order under both "
+                   "schedules, so what differs is what they read")
     parallel = [_axis(inst, p) for p in _parallel(inst) if inst.grid[p] > 1]
     axes = f"the parallel grid axes involved: {', '.join(parallel)}" if parallel else "the kernel has no parallel grid axis"
-    differ = f"differ only in {varied[0]}" if len(varied) == 1 else f"differ in {' and '.join(varied)}" if varied else "differ in nothing that should matter"
+    varied = _varied(inst, a.schedule, b.schedule)
+    differ = (f"differ only in {varied[0]}" if len(varied) == 1 else f"differ in {' and '.join(varied)}" if varied
+              else "differ in nothing that should matter")
     return f"{why}; {axes}; the two schedules {differ}"
+
+
+def _visits_writing(inst, prefetch: dict, name: str, block, element: tuple, r: Run) -> list | None:
+    """The visits (point, core) of run r whose block of output `name` holds `element`, in order;
+    None when the index map cannot be evaluated."""
+    out = []
+    for point, core in r.visits:
+        index = _block_index(inst, prefetch, block, point)
+        if index is None:
+            return None
+        if _covers(inst, name, block, index, element):
+            out.append((point, core))
+    return out
 
 
 def _order(seq: list, r: Run) -> str:

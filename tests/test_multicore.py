@@ -1,19 +1,17 @@
 """verify's multi-core simulator (codegen/multicore.py): off a TPU, each mosaic_tpu task runs in
-TPU interpret mode under several schedules (seed x DMA mode x cores). Shipped kernels give bitwise
-the same outputs under all of them; planted kernels whose result depends on the schedule fail,
-and the message names the schedules, the element, the block and the grid axes involved."""
+TPU interpret mode under several schedules (seed x DMA mode x cores). Planted kernels whose result
+depends on the schedule fail, and the message names the schedules, the element, the block and the
+grid axes involved."""
 
 from __future__ import annotations
 
-from test_verify import PLANTED, ROOT, kspec, project, results
+from test_verify import PLANTED, kspec, project, results
 
 from codegen import multicore
 
-# One small case each: manual DMAs (dma_copy), an aliased output (accumulate) and an index map
-# reading scalar-prefetched indices on a parallel axis (gather_rows). The slow test in
-# test_verify runs every shipped spec under the sweep.
-SHIPPED = {"dma_copy": "one_chunk", "accumulate": "tall", "gather_rows": "repeat"}
-BUGS = {"scatter_rows": "repeats", "scatter_revisit": "repeats", "dma_read_before_wait": "chunks"}
+# The shipped kernels pass under the default sweep in test_surface.test_shipped_surface_specs_verify_and_lower
+# (gather_rows, accumulate, dma_copy, shift_diff) and in test_verify's slow test (every spec).
+BUGS = ("scatter_rows", "scatter_revisit", "dma_read_before_wait", "carry_parallel")
 
 SCHEDULES = [
     {"seed": 7, "dma_execution_mode": "on_wait", "cores": 2},
@@ -47,10 +45,17 @@ and 4.39115 under schedule 2 (seed 272825159, eager DMAs, 1 core)
 parallel grid axis; the two schedules differ only in DMA mode (on_wait vs eager)
   same outputs: schedules {1, 4}, {2, 3}
   data race under schedule 1 (seed 7, on_wait DMAs, 2 cores) (and under schedules 2, 3, 4): a write at \
-generated/dma_read_before_wait/mosaic_tpu.py:30:4 (_dma_read_before_wait_kernel) and a read at \
-generated/dma_read_before_wait/mosaic_tpu.py:43:24 (_dma_read_before_wait_kernel.<locals>.step) of one vmem \
-buffer are not ordered by a wait
+START (_dma_read_before_wait_kernel) and a read at READ (_dma_read_before_wait_kernel.<locals>.step) of one \
+vmem buffer are not ordered by a wait
   against the reference, schedule 1: output o: 2048 element(s) are NaN/Inf where the reference is finite"""
+
+CARRY_PARALLEL = """\
+the outputs depend on the schedule: output o at (8, 0) is -1.60075 under schedule 1 (seed 7, on_wait DMAs, 2 cores) \
+and nan under schedule 3 (seed 600058804, eager DMAs, 2 cores)
+  block (1, 0) of o is written only by grid point (1,), so what differs is what it read; the parallel grid axes \
+involved: i; the two schedules differ only in the order of parallel grid i (seeds 7 vs 600058804)
+  same outputs: schedules {1}, {2}, {3}, {4}
+  against the reference, schedule 1: output o: 5120 element(s) are NaN/Inf where the reference is finite"""
 
 
 def test_schedules_cycle_through_dma_modes_and_core_counts_with_a_seed_each():
@@ -63,20 +68,27 @@ def test_schedules_cycle_through_dma_modes_and_core_counts_with_a_seed_each():
     assert plan[2].label == "seed 600058804, eager DMAs, 2 cores"
 
 
-def test_sweep_passes_shipped_kernels_and_fails_schedule_dependent_ones(tmp_path):
-    specs = [ROOT / "specs" / f"{k}.yaml" for k in SHIPPED] + [PLANTED / f"{k}.yaml" for k in BUGS]
-    proj = project(tmp_path, *specs)
-    cases = [arg for name in {*SHIPPED.values(), *BUGS.values()} for arg in ("--case", name)]
+def test_schedule_dependent_kernels_fail_naming_schedules_element_block_and_axes(tmp_path):
+    proj = project(tmp_path, *(PLANTED / f"{k}.yaml" for k in BUGS))
     report = tmp_path / "r.json"
-    rc, out, err = kspec("verify", "-b", "mosaic_tpu", *cases, "--seed", "7", "--json", report, cwd=proj)
+    rc, out, err = kspec("verify", "--seed", "7", "--json", report, cwd=proj)
     assert rc == 1, out + err
     rows = {r["kernel"]: r for r in results(report)}
-    assert set(rows) == set(SHIPPED) | set(BUGS)
-    assert all(r["schedules"] == SCHEDULES for r in rows.values())
-    for kernel in SHIPPED:
-        assert (rows[kernel]["status"], rows[kernel]["message"]) == ("pass", ""), rows[kernel]
-    assert {rows[k]["status"] for k in BUGS} == {"fail"}
+    assert set(rows) == set(BUGS)
+    assert all(r["schedules"] == SCHEDULES and r["status"] == "fail" for r in rows.values())
     assert rows["scatter_rows"]["message"] == SCATTER_ROWS
     assert rows["scatter_revisit"]["message"] == SCATTER_REVISIT
-    assert rows["dma_read_before_wait"]["message"] == DMA_READ_BEFORE_WAIT
-    assert "3 passed, 3 failed, 0 errors, 0 skipped" in out
+    # The race names the DMA's start (its write) and the early read by their place in the generated module.
+    module = proj / "generated" / "dma_read_before_wait" / "mosaic_tpu.py"
+    expected = DMA_READ_BEFORE_WAIT.replace("START", _place(module, "copy_in(0, 0).start()"))
+    assert rows["dma_read_before_wait"]["message"] == expected.replace("READ", _place(module, "buf_ref[slot] * 2.0"))
+    assert rows["carry_parallel"]["message"] == CARRY_PARALLEL
+    assert "0 passed, 4 failed, 0 errors, 0 skipped" in out
+
+
+def _place(path, text: str) -> str:
+    """`generated/<kernel>/<file>:line:col` of the first occurrence of text, as the race report shows it."""
+    for n, line in enumerate(path.read_text().splitlines(), 1):
+        if text in line:
+            return f"generated/{path.parent.name}/{path.name}:{n}:{line.index(text)}"
+    raise AssertionError(f"{text!r} not in {path}")

@@ -84,7 +84,7 @@ def test_shipped_specs_pass_on_20_seeds_interpret(tmp_path):
 def test_shipped_specs_pass_on_20_schedules_tpu_interpret(tmp_path):
     # 5 input seeds x the default 4 schedules each: 20 schedules per task, all bitwise alike.
     report = tmp_path / "r.json"
-    rc, out, err = kspec("verify", "--backend", "mosaic_tpu", "--repeat", "5", "--seed", "2000", "--json", report)
+    rc, out, err = kspec("verify", "--backend", "mosaic_tpu", "--repeat", "5", "--seed", "2000", "--json", report, timeout=3600)
     assert rc == 0, out + err
     assert {len(r["schedules"]) for r in results(report)} == {4}
 
