@@ -12,6 +12,7 @@ from typing import Any, Mapping
 
 from . import sharding as _sharding
 from . import tuning
+from . import vjp as _vjp
 from .backends import DEFAULT_BACKENDS
 from .diagnostics import Diagnostic, Location, SpecError
 from .expr import Expr, ExprError, IndexMap, parse_expr, parse_index_map
@@ -211,6 +212,7 @@ class KernelSpec:
     aliases: Mapping[str, str] = dataclasses.field(default_factory=dict)  # output -> input it overwrites
     aliases_loc: Location | None = None
     call: CallOptions = CallOptions()
+    vjp: _vjp.Vjp | None = None  # the `vjp:` section (codegen/vjp.py)
 
     @property
     def prefetched(self) -> tuple:
@@ -496,6 +498,7 @@ def build(doc: Document) -> KernelSpec:
         aliases=dict(data.get("input_output_aliases") or {}),
         aliases_loc=doc.key_loc(("input_output_aliases",)) if "input_output_aliases" in data else None,
         call=b.call(data.get("pallas_call")),
+        vjp=_vjp.build(doc),
     )
     if b.errors:
         raise SpecError(b.errors)
