@@ -14,6 +14,7 @@ from pathlib import Path
 
 import jinja2
 
+from . import vjp as _vjp
 from .backends import AUTO, BACKENDS
 from .expr import Expr
 from .model import KernelSpec, Variant
@@ -412,7 +413,9 @@ class _Context:
                 grads[g.input] = f"_grad_{g.input}"
                 if g.reduce:
                     extra = o.rank - spec.operand(g.input).rank
-                    grads[g.input] = f"_sum_partials(_grad_{g.input}, {extra})"
+                    kind, what = _vjp.dtype_witness(spec, g.input)
+                    dtype = {"fixed": jnp_dtype(what), "residual": f"{what}.dtype", "cotangent": f"_grad_{what}.dtype"}[kind]
+                    grads[g.input] = f"_sum_partials(_grad_{g.input}, {extra}, {dtype})"
             args = [
                 f"_grad_{b.source}" if b.cotangent else b.source
                 for b in (entry.binding(op.name) for op in bspec.inputs)

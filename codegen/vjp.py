@@ -129,8 +129,8 @@ def invalid(entry: Backward, errors: int) -> Diagnostic:
 
 
 def cycle(entry: Backward, chain: list) -> Diagnostic:
-    return Diagnostic("E426", f"backward spec `{entry.spec}` leads back to this spec: {' -> '.join(chain)}",
-                      entry.loc, "a backward kernel may declare a vjp of its own, but not one that reaches this spec")
+    return Diagnostic("E426", f"backward spec `{entry.spec}` closes a cycle: {' -> '.join(chain)}",
+                      entry.loc, "a backward kernel may have a vjp of its own, but no spec can be its own backward kernel, directly or not")
 
 
 # -- checks ---------------------------------------------------------------------
@@ -162,6 +162,30 @@ def _floating(spec, op) -> bool:
     while op.follows:
         op = spec.operand(op.follows)
     return any(dt.DTYPES.get(d, (0, ""))[1] in "fc" for d in op.dtypes)
+
+
+def _root(spec, op) -> tuple:
+    """What decides an operand's dtype: ("fixed", dtype) or ("input", the input whose choice it takes)."""
+    if op.follows:
+        op = spec.operand(op.follows)
+    if len(op.dtypes) == 1 or op.role == "output":
+        return ("fixed", op.dtypes[0])
+    return ("input", op.name)
+
+
+def dtype_witness(spec, name: str) -> tuple | None:
+    """How the backward pass knows input `name`'s dtype: ("fixed", dtype), ("residual", r) or
+    ("cotangent", output), something with the same dtype that it has; None if nothing."""
+    root = _root(spec, spec.operand(name))
+    if root[0] == "fixed":
+        return root
+    for r in spec.vjp.residuals:
+        if spec.operand(r) is not None and _root(spec, spec.operand(r)) == root:
+            return ("residual", r)
+    for o in spec.outputs:
+        if _root(spec, o) == root:
+            return ("cotangent", o.name)
+    return None
 
 
 def _names(spec) -> list:
@@ -204,6 +228,10 @@ def _names(spec) -> list:
                                       g.loc, "give each input one gradient"))
             else:
                 owner[g.input] = f"{entry.spec} ({g.output})"
+                if g.reduce and dtype_witness(spec, g.input) is None:
+                    out.append(Diagnostic("E424", f"{where}: the backward pass cannot tell `{g.input}`'s dtype, which the "
+                                          "summed partials are cast to", g.loc,
+                                          f"save `{g.input}` or an input it takes its dtype from in vjp.residuals"))
     for r, loc in vjp.residual_locs.items():
         if r in operands and r not in used:
             out.append(Diagnostic("E422", f"vjp.residuals: `{r}` is saved but no backward kernel takes it", loc,
@@ -418,7 +446,10 @@ def _dtypes(entry: Backward, bspec, case, assign: dict) -> list:
         return out
     for g in entry.grads:
         got, want = bdtypes[g.output], assign[g.input]
-        if got != want:
+        if g.reduce and not dt.is_float(got):
+            out.append(Diagnostic("E424", f"case `{case.name}`: {bspec.name} output {g.output} is {got}, not "
+                                  "floating-point partial sums", g.loc, "write the partial sums in float32"))
+        elif not g.reduce and got != want:
             out.append(Diagnostic("E424", f"case `{case.name}`: {bspec.name} output {g.output} is {got} but input "
                                   f"{g.input} is {want}", g.loc, "a gradient has the dtype of its input"))
     return out

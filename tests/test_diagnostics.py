@@ -200,7 +200,7 @@ EXPECTED = {
     "E423": ['specs/bad.yaml:24:7: error[E423]: dx.yaml: output `dx` of dx is not assigned to an input', '  = help: name the input it is the gradient of under grads', 'specs/bad.yaml:24:19: error[E423]: dx.yaml: grads: `dy` is not an output of dx'],
     "E424": ['specs/bad.yaml:24:19: error[E424]: case `c`: dx output dx is bfloat16 but input x is float32', '  = help: a gradient has the dtype of its input'],
     "E425": ['specs/bad.yaml:21:1: error[E425]: vjp: input `y` is floating-point but no backward kernel gives its gradient', '  = help: assign a backward output to `y` under grads, or list it in vjp.no_grad'],
-    "E426": ['specs/bad.yaml:22:13: error[E426]: backward spec `bad.yaml` leads back to this spec: bad.yaml -> bad.yaml', '  = help: a backward kernel may declare a vjp of its own, but not one that reaches this spec'],
+    "E426": ['specs/bad.yaml:22:13: error[E426]: backward spec `bad.yaml` closes a cycle: bad.yaml -> bad.yaml', '  = help: a backward kernel may have a vjp of its own, but no spec can be its own backward kernel, directly or not'],
     "E427": ['specs/bad.yaml:23:19: error[E427]: case `c`: dx input g takes bfloat16, but `grad(o)` is float32', '  = help: let g take float32'],
     "E428": ['specs/bad.yaml:19:5: error[E428]: case `c` (float32): backward kernel dx (interpret) cannot run it: case `c` (N=64): `N % 128 == 0` does not hold [E501]', '  = help: in dx.yaml: constraint at line 17'],
     "E429": ['specs/bad.yaml:22:13: error[E429]: dx.yaml: dx has no backend for platforms cpu, gpu, where this kernel\'s interpret backend runs', '  = help: add `interpret` to the backends of dx.yaml'],
