@@ -35,7 +35,8 @@ def compile_spec(path: Path, memo: dict | None = None, _stack: tuple = ()) -> Co
     names; never raises on bad input. `memo` (resolved path -> Compiled) shares the
     work between the specs of one run."""
     key = path.resolve()
-    if memo is not None and key in memo:
+    memo = {} if memo is None else memo  # a spec named by several backward entries is compiled once
+    if key in memo:
         return memo[key]
     text = ""
     try:
@@ -54,12 +55,11 @@ def compile_spec(path: Path, memo: dict | None = None, _stack: tuple = ()) -> Co
     except (RecursionError, MemoryError) as e:
         diag = Diagnostic("E100", f"spec too complex to process ({type(e).__name__})", Location(str(path)))
         compiled = Compiled(path, text, None, [diag])
-    if memo is not None:
-        memo[key] = compiled
+    memo[key] = compiled
     return compiled
 
 
-def _link(path: Path, spec: model.KernelSpec, valid: bool, memo: dict | None, stack: tuple) -> tuple:
+def _link(path: Path, spec: model.KernelSpec, valid: bool, memo: dict, stack: tuple) -> tuple:
     """(the backward specs' Compiled, E420 to E429 for the vjp section). A backward spec
     is named relative to this one; a chain that comes back to a spec on `stack` is E426."""
     compiled, found, linked = [], [], {}

@@ -441,6 +441,7 @@ class _Context:
             cotangents=[f"_grad_{o}" for o in outputs],
             entries=entries,
             packages=sorted({e["package"] for e in entries}),
+            passed=passed,
             passed_on=repr({b: {f: v.param_defaults[f] for f in passed} for b, v in spec.variants.items()}),
             returns=_tuple(grads.get(name, "None") for name in self.inputs),
             sums=any(g.reduce for e in vjp.backward for g in e.grads),

@@ -157,27 +157,36 @@ def check(spec, linked: Mapping[int, object], per_case: bool = True) -> list:
     return sorted(unique, key=lambda d: (d.loc, d.code))
 
 
+def _own(spec, op):
+    """The operand whose dtypes are op's: op, or the input it follows; None when that is
+    not an input with dtypes of its own (E407 reports it)."""
+    if op.follows is None:
+        return op
+    source = spec.operand(op.follows)
+    return source if source is not None and source.follows is None else None
+
+
 def _floating(spec, op) -> bool:
     """Whether the operand can have a floating-point dtype."""
-    while op.follows:
-        op = spec.operand(op.follows)
-    return any(dt.DTYPES.get(d, (0, ""))[1] in "fc" for d in op.dtypes)
+    own = _own(spec, op)
+    return own is not None and any(dt.DTYPES.get(d, (0, ""))[1] in "fc" for d in own.dtypes)
 
 
-def _root(spec, op) -> tuple:
+def _root(spec, op) -> tuple | None:
     """What decides an operand's dtype: ("fixed", dtype) or ("input", the input whose choice it takes)."""
-    if op.follows:
-        op = spec.operand(op.follows)
-    if len(op.dtypes) == 1 or op.role == "output":
-        return ("fixed", op.dtypes[0])
-    return ("input", op.name)
+    own = _own(spec, op)
+    if own is None:
+        return None
+    if len(own.dtypes) == 1 or own.role == "output":
+        return ("fixed", own.dtypes[0])
+    return ("input", own.name)
 
 
 def dtype_witness(spec, name: str) -> tuple | None:
     """How the backward pass knows input `name`'s dtype: ("fixed", dtype), ("residual", r) or
     ("cotangent", output), something with the same dtype that it has; None if nothing."""
     root = _root(spec, spec.operand(name))
-    if root[0] == "fixed":
+    if root is None or root[0] == "fixed":
         return root
     for r in spec.vjp.residuals:
         if spec.operand(r) is not None and _root(spec, spec.operand(r)) == root:
@@ -217,7 +226,7 @@ def _names(spec) -> list:
             elif op.role == "output":
                 out.append(Diagnostic("E423", f"{where}: `{g.input}` is an output of {spec.name}; gradients are for inputs",
                                       g.loc))
-            elif not _floating(spec, op):
+            elif _own(spec, op) is not None and not _floating(spec, op):
                 out.append(Diagnostic("E423", f"{where}: input `{g.input}` is not floating-point, so it has no gradient",
                                       g.loc, "leave it out: integer and boolean inputs get no gradient"))
             elif g.input in vjp.no_grad:
@@ -228,7 +237,7 @@ def _names(spec) -> list:
                                       g.loc, "give each input one gradient"))
             else:
                 owner[g.input] = f"{entry.spec} ({g.output})"
-                if g.reduce and dtype_witness(spec, g.input) is None:
+                if g.reduce and _root(spec, op) is not None and dtype_witness(spec, g.input) is None:
                     out.append(Diagnostic("E424", f"{where}: the backward pass cannot tell `{g.input}`'s dtype, which the "
                                           "summed partials are cast to", g.loc,
                                           f"save `{g.input}` or an input it takes its dtype from in vjp.residuals"))

@@ -284,3 +284,13 @@ def test_a_cycle_of_backward_specs_is_refused(tmp_path):
         "  = help: a backward kernel may have a vjp of its own, but no spec can be its own backward kernel, directly or not",
         "2 error(s) in 2 of 2 spec(s)",
     ]
+
+
+def test_a_backward_spec_outside_the_folder_is_refused(tmp_path):
+    text = _elementwise("a", ["x"], ["o"], "o_ref[...] = x_ref[...]", "return x", _vjp("../b", "x: grad(o)", "o: x", ""))
+    (tmp_path / "specs").mkdir()
+    (tmp_path / "specs" / "a.yaml").write_text(text)
+    r = run_kspec("check", "specs/a.yaml", cwd=tmp_path)
+    refusal = ("specs/a.yaml:18:13: error[E200]: vjp.backward.0.spec must be the name of a spec file in this spec's "
+               "folder, such as `layer_norm_dx.yaml`")
+    assert (r.rc, r.out.splitlines()) == (2, [refusal, "1 error(s) in 1 of 1 spec(s)"])
