@@ -68,7 +68,8 @@ def _compile_all(paths: Optional[List[Path]]) -> list:
     if not specs:
         typer.echo("error: no spec files found (looked in specs/)", err=True)
         raise typer.Exit(2)
-    results = [pipeline.compile_spec(p) for p in specs]
+    memo: dict = {}
+    results = pipeline.closure([pipeline.compile_spec(p, memo) for p in specs])
     for r in results:
         _report(r)
     owners: dict = {}

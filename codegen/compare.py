@@ -57,6 +57,22 @@ def compare(out, ref, atol: float, rtol: float) -> dict:
     return dict(metrics, passed=passed, message=message)
 
 
+def compare_all(named: list, atol: float, rtol: float) -> dict:
+    """compare() over (name, value, reference) triples, the verdict verify reports: the first
+    failing one's, else the one with the largest rel_err; its message starts with the name.
+    A verdict without metrics (shapes that differ) ends the comparison."""
+    worst: dict = {}
+    for name, got, want in named:
+        verdict = compare(got, want, atol, rtol)
+        if "max_abs_err" not in verdict:
+            return dict(verdict, message=f"{name}: {verdict['message']}")
+        if not worst or not verdict["passed"] or verdict["rel_err"] > worst["rel_err"]:
+            worst = dict(verdict, message=f"{name}: {verdict['message']}" if verdict["message"] else "")
+        if not verdict["passed"]:
+            break
+    return worst
+
+
 def _compare_on_device(out, ref, atol: float, rtol: float) -> dict:
     """compare() for big arrays, in float32 on the arrays' device: same rule, same metrics."""
     import jax

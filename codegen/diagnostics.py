@@ -11,7 +11,7 @@ import difflib
 from typing import Iterable
 
 # code -> one-line title. Grouped by pipeline stage: E1xx loading, E2xx schema,
-# E3xx expressions, E4xx structure, E5xx per-case checks, E6xx Python code,
+# E3xx expressions, E4xx structure (E42x: vjp), E5xx per-case checks, E6xx Python code,
 # E7xx backend hardware rules, E8xx sharding; W9xx warnings.
 CODES: dict[str, str] = {
     "E100": "cannot read the spec file",
@@ -46,6 +46,16 @@ CODES: dict[str, str] = {
     "E412": "invalid input_output_aliases",
     "E413": "block spec feature not supported by the backend",
     "E414": "scratch kind not supported by the backend",
+    "E420": "backward spec cannot be used",
+    "E421": "unknown name in vjp",
+    "E422": "backward kernel input or param bound wrongly",
+    "E423": "invalid gradient assignment",
+    "E424": "gradient shape or dtype does not match its input",
+    "E425": "floating-point input without a gradient",
+    "E426": "backward specs form a cycle",
+    "E427": "backward input shape or dtype does not match its binding",
+    "E428": "backward kernel cannot run a forward case",
+    "E429": "backward spec has no backend for a platform of the forward",
     "E430": "mesh-kernel section in the wrong kind of spec",
     "E431": "mesh missing or not valid for the backend",
     "E432": "invalid pipeline or ref of a mesh kernel",

@@ -13,6 +13,7 @@ from typing import Any
 
 from . import sharding as _sharding
 from . import tuning
+from . import vjp as _vjp
 from .backends import DEFAULT_BACKENDS
 from .diagnostics import Diagnostic, Location, SpecError
 from .expr import Expr, ExprError, IndexMap, parse_expr, parse_index_map
@@ -256,6 +257,7 @@ class KernelSpec:
     call: CallOptions = CallOptions()
     kind: str = "pallas_call"  # or "mesh"
     kind_loc: Location | None = None
+    vjp: _vjp.Vjp | None = None  # the `vjp:` section (codegen/vjp.py)
 
     @property
     def prefetched(self) -> tuple:
@@ -600,6 +602,7 @@ def build(doc: Document) -> KernelSpec:
         call=b.call(data.get("pallas_call")),
         kind=data.get("kind", "pallas_call"),
         kind_loc=doc.loc(("kind",)) if "kind" in data else None,
+        vjp=_vjp.build(doc),
     )
     if b.errors:
         raise SpecError(b.errors)

@@ -6,7 +6,7 @@ import dataclasses
 import os
 from pathlib import Path
 
-from . import checks, loader, model, render, schema, tuning, writer
+from . import checks, loader, model, render, schema, tuning, vjp, writer
 from .diagnostics import Diagnostic, Location, SpecError
 
 
@@ -18,26 +18,80 @@ class Compiled:
     text: str
     spec: model.KernelSpec | None
     diagnostics: list
+    backward: tuple = ()  # the Compiled backward specs its `vjp:` names (those that could be read)
 
     @property
     def ok(self) -> bool:
         return self.spec is not None and not any(d.severity == "error" for d in self.diagnostics)
 
+    @property
+    def linked(self) -> tuple:
+        """The backward KernelSpecs of a valid spec, in `vjp.backward` order."""
+        return tuple(b.spec for b in self.backward)
 
-def compile_spec(path: Path) -> Compiled:
-    """Load, schema-check, build and check one spec; never raises on bad input."""
+
+def compile_spec(path: Path, memo: dict | None = None, _stack: tuple = ()) -> Compiled:
+    """Load, schema-check, build and check one spec, and the backward specs its `vjp:`
+    names; never raises on bad input. `memo` (resolved path -> Compiled) shares the
+    work between the specs of one run."""
+    key = path.resolve()
+    memo = {} if memo is None else memo  # a spec named by several backward entries is compiled once
+    if key in memo:
+        return memo[key]
     text = ""
     try:
         text = loader.read_text(path)
         doc = loader.load_text(text, str(path))
         schema.validate(doc)
         spec = model.build(doc)
-        return Compiled(path, text, spec, checks.check(spec) + stale_tuning(spec, path))
+        diags = checks.check(spec)
+        backward = ()
+        if spec.vjp is not None:
+            backward, found = _link(path, spec, not any(d.severity == "error" for d in diags), memo, _stack + (key,))
+            diags = sorted(diags + found, key=lambda d: (d.loc, d.code))
+        compiled = Compiled(path, text, spec, diags + stale_tuning(spec, path), backward)
     except SpecError as e:
-        return Compiled(path, text, None, e.diagnostics)
+        compiled = Compiled(path, text, None, e.diagnostics)
     except (RecursionError, MemoryError) as e:
         diag = Diagnostic("E100", f"spec too complex to process ({type(e).__name__})", Location(str(path)))
-        return Compiled(path, text, None, [diag])
+        compiled = Compiled(path, text, None, [diag])
+    memo[key] = compiled
+    return compiled
+
+
+def _link(path: Path, spec: model.KernelSpec, valid: bool, memo: dict, stack: tuple) -> tuple:
+    """(the backward specs' Compiled, E420 to E429 for the vjp section). A backward spec
+    is named relative to this one; a chain that comes back to a spec on `stack` is E426."""
+    compiled, found, linked = [], [], {}
+    for n, entry in enumerate(spec.vjp.backward):
+        target = path.parent / entry.spec
+        if target.resolve() in stack:
+            chain = [p.name for p in stack[stack.index(target.resolve()):]] + [target.name]
+            found.append(vjp.cycle(entry, chain))
+            continue
+        c = compile_spec(target, memo, stack)
+        if c.spec is None and c.diagnostics and c.diagnostics[0].code == "E100":
+            found.append(vjp.unreadable(entry, c.diagnostics[0].message))
+            continue
+        compiled.append(c)
+        if c.ok:
+            linked[n] = c.spec
+        else:
+            found.append(vjp.invalid(entry, sum(d.severity == "error" for d in c.diagnostics)))
+    found += vjp.check(spec, linked, per_case=valid and len(linked) == len(spec.vjp.backward))
+    return tuple(compiled), found
+
+
+def closure(results: list) -> list:
+    """`results` and, after them, every backward spec they name (recursively) that is not
+    among them: generating or verifying a kernel needs its backward kernels too."""
+    out, seen = list(results), {r.path.resolve() for r in results}
+    for r in out:  # grows while it runs
+        for b in r.backward:
+            if b.path.resolve() not in seen:
+                seen.add(b.path.resolve())
+                out.append(b)
+    return out
 
 
 def stale_tuning(spec: model.KernelSpec, path: Path) -> list:
@@ -85,7 +139,7 @@ def plan(compiled: Compiled, out_root: Path) -> tuple:
     spec = compiled.spec
     shown = Path(os.path.relpath(compiled.path.resolve(), out_root.resolve().parent)).as_posix()
     kernel_dir = out_root / spec.name
-    files = render.render(spec, shown, tuning.tables(tuning.tuning_dir(out_root), spec.name))
+    files = render.render(spec, shown, tuning.tables(tuning.tuning_dir(out_root), spec.name), compiled.linked)
     planned = {kernel_dir / name: writer.with_banner(text, shown, spec.sha256) for name, text in files.items()}
     return kernel_dir, planned
 

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import jinja2
 
+from . import vjp as _vjp
 from .backends import AUTO, BACKENDS
 from .expr import Expr
 from .model import KernelSpec, Variant
@@ -508,6 +509,54 @@ class _Context:
             auto=repr(auto),
             params=params,
             params_dict="{" + ", ".join(f'"{p}": {p}' for p in params) + "}",
+            vjp=spec.vjp is not None,
+        )
+
+    def vjp(self, linked: tuple) -> dict:
+        """_vjp.py: the custom_vjp around the kernel, calling the backward kernels `linked`
+        (the backward KernelSpecs, in `vjp.backward` order)."""
+        spec, vjp = self.spec, self.spec.vjp
+        passed = list(dict.fromkeys(f for e in vjp.backward for f in e.params.values()))
+        entries, grads = [], {}
+        for entry, bspec in zip(vjp.backward, linked):
+            by_output = {g.output: g for g in entry.grads}
+            for o in bspec.outputs:
+                g = by_output[o.name]
+                grads[g.input] = f"_grad_{g.input}"
+                if g.reduce:
+                    extra = o.rank - spec.operand(g.input).rank
+                    kind, what = _vjp.dtype_witness(spec, g.input)
+                    dtype = {"fixed": jnp_dtype(what), "residual": f"{what}.dtype", "cotangent": f"_grad_{what}.dtype"}[kind]
+                    grads[g.input] = f"_sum_partials(_grad_{g.input}, {extra}, {dtype})"
+            args = [
+                f"_grad_{b.source}" if b.cotangent else b.source
+                for b in (entry.binding(op.name) for op in bspec.inputs)
+            ]
+            made = ", ".join(f"{g.output} -> {g.input}" + (" (summed)" if g.reduce else "") for g in entry.grads)
+            entries.append({
+                "package": bspec.name,
+                "local": f"_{bspec.name}",
+                "params": "{" + ", ".join(f'"{b}": _passed["{f}"]' for b, f in entry.params.items()) + "}",
+                "args": args,
+                "lhs": ", ".join(f"_grad_{by_output[o.name].input}" for o in bspec.outputs),
+                "doc": f"{bspec.name}({', '.join(args)}): {made}",
+            })
+        outputs = [o.name for o in spec.outputs]
+        residuals = list(vjp.residuals)
+        return dict(
+            self.common(),
+            outputs=outputs,
+            residuals=residuals,
+            output_residuals=any(r in outputs for r in residuals),
+            residuals_lhs=", ".join(residuals) if len(residuals) != 1 else f"({residuals[0]},)",
+            residuals_value=_tuple(residuals),
+            cotangents=[f"_grad_{o}" for o in outputs],
+            entries=entries,
+            packages=sorted({e["package"] for e in entries}),
+            passed=passed,
+            passed_on=repr({b: {f: v.param_defaults[f] for f in passed} for b, v in spec.variants.items()}),
+            returns=_tuple(grads.get(name, "None") for name in self.inputs),
+            sums=any(g.reduce for e in vjp.backward for g in e.grads),
         )
 
     def sharded(self) -> dict:
@@ -542,10 +591,11 @@ class _Context:
         )
 
 
-def render(spec: KernelSpec, spec_path: str, tuned: dict | None = None) -> dict:
+def render(spec: KernelSpec, spec_path: str, tuned: dict | None = None, linked: tuple = ()) -> dict:
     """{relative file name: content} for generated/<name>/. Content has no banner.
 
     `tuned`: {device_kind: [tuning entries]} from tuning/<name>/ (see codegen.tuning).
+    `linked`: the backward KernelSpecs of the spec's `vjp:`, in order.
     """
     ctx = _Context(spec)
     env = _env()
@@ -560,6 +610,8 @@ def render(spec: KernelSpec, spec_path: str, tuned: dict | None = None) -> dict:
         files[f"{name}.py"] = env.get_template(template).render(ctx.kernel(variant))
     if spec.sharding is not None:
         files["sharded.py"] = env.get_template("sharded.py.j2").render(ctx.sharded())
+    if spec.vjp is not None:
+        files["_vjp.py"] = env.get_template("vjp.py.j2").render(ctx.vjp(linked))
     for fname, text in files.items():
         ast.parse(text, filename=f"generated/{spec.name}/{fname}")  # a bug in kspec if this fails
     return files

@@ -96,6 +96,8 @@ def _diagnostics(error, doc: Document) -> Iterable[Diagnostic]:
         hint = did_you_mean(str(error.instance), [str(o) for o in options])
         shown = ", ".join(json.dumps(o) for o in options)
         return [Diagnostic("E200", f"{where} must be one of {shown}", doc.loc(path), hint)]
+    if kind == "pattern" and "x-expect" in error.schema:
+        return [Diagnostic("E200", f"{where} must be {error.schema['x-expect']}", doc.loc(path))]
     if kind == "pattern":
         return [
             Diagnostic(

@@ -18,7 +18,8 @@ from pathlib import Path
 from .writer import atomic_write
 
 # Spec keys that do not change the generated kernel: editing them keeps tuning valid.
-_NOT_KERNEL = ("doc", "cases", "bench", "tolerance")
+# (`vjp` adds the backward pass around the kernel; the kernel itself stays the same.)
+_NOT_KERNEL = ("doc", "cases", "bench", "tolerance", "vjp")
 
 
 def kernel_sha(data: dict) -> str:

@@ -14,6 +14,7 @@ import os
 import time
 
 from . import checks, pipeline, writer
+from . import dtypes as dt
 from .backends import BACKENDS
 
 STATUSES = ("pass", "fail", "error", "skip")
@@ -32,7 +33,7 @@ class Task:
     dtypes: tuple  # ((operand, dtype), ...), inputs first
     dtype_label: str  # the inputs' dtypes, for reports
     seed: int
-    mode: str  # "run" | "lower" | "bench"
+    mode: str  # "run" | "lower" | "grad" | "lower-grad" | "bench" | "sharded" | "tune"
     out_root: str
     suite: str = "cases"  # which list case_index points into: "cases" or "bench"
     params: tuple = ()  # ((param, value), ...) overriding the case's params (tune)
@@ -44,7 +45,8 @@ class Task:
 
     @property
     def label(self) -> str:
-        return f"{self.kernel}[{self.backend}] {self.case} {self.dtype_label}"
+        grad = " (grad)" if self.mode in ("grad", "lower-grad") else ""
+        return f"{self.kernel}[{self.backend}] {self.case} {self.dtype_label}{grad}"
 
 
 def result(task: Task, status: str, message: str = "", **metrics) -> dict:
@@ -91,19 +93,25 @@ def plan(
     schedules: int = DEFAULT_SCHEDULES,
 ) -> tuple:
     """(tasks, skipped results) for every valid spec; `repeat` runs it all with seeds seed, seed+1, ...;
-    `schedules`: how many schedules each mosaic_tpu task runs under in TPU interpret mode."""
+    `schedules`: how many schedules each mosaic_tpu task runs under in TPU interpret mode.
+    A spec with `vjp:` also gets a grad task (its gradients against the reference's) for each
+    combination with a floating-point input."""
     tasks, skipped = [], []
     for k in range(repeat):
         for c, name, i, case, assign, label in matrix(compiled, backends=backends, cases=cases):
-            task = Task(
-                str(c.path), c.spec.name, name, case.name, i, tuple(assign.items()), label, seed + k,
-                "lower" if lower else "run", str(pipeline.out_root_for(c.path)), schedules=schedules,
-            )
+            modes = ["lower" if lower else "run"]
+            if c.spec.vjp is not None and any(dt.is_float(assign[o.name]) for o in c.spec.inputs):
+                modes.append("lower-grad" if lower else "grad")
             why = _skip_reason(name, platform, lower) or _dtype_reason(c.spec.variants[name], assign)
-            if not why:
-                tasks.append(task)
-            elif k == 0:
-                skipped.append(result(task, "skip", why))
+            for mode in modes:
+                task = Task(
+                    str(c.path), c.spec.name, name, case.name, i, tuple(assign.items()), label, seed + k,
+                    mode, str(pipeline.out_root_for(c.path)), schedules=schedules,
+                )
+                if not why:
+                    tasks.append(task)
+                elif k == 0:
+                    skipped.append(result(task, "skip", why))
     return tasks, skipped
 
 
@@ -310,7 +318,7 @@ def to_junit(results: list) -> str:
             suite,
             "testcase",
             classname=f"{r['kernel']}.{r['backend']}",
-            name=f"{r['case']}[{r['dtype']}]{'(lower)' if r['mode'] == 'lower' else ''}",
+            name=f"{r['case']}[{r['dtype']}]{'' if r['mode'] in ('run', 'sharded') else '(' + r['mode'] + ')'}",
             time=f"{r['seconds'] or 0:.3f}",
         )
         if r["status"] in ("fail", "error", "skip"):

@@ -24,7 +24,7 @@ import pytest
 from codegen import pipeline
 from conftest import KSPEC, REPO
 
-SPECS = ("add.yaml", "add_1d.yaml", "softmax.yaml")  # quick to check, 20-odd files to write
+SPECS = ("add.yaml", "add_1d.yaml", "softmax.yaml", "softmax_dx.yaml")  # quick to check, 30-odd files to write
 
 
 def _env() -> dict:

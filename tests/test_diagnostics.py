@@ -70,6 +70,37 @@ backends:
 
 Y_INPUT = ("  x: {shape: [N], dtype: float32}\n", "  x: {shape: [N], dtype: float32}\n  y: {shape: [N], dtype: float32}\n")
 
+# The backward kernel of the valid spec (o = 2x, so dx = 2 * do) for the vjp codes.
+DX = """\
+kspec: 1
+name: dx
+params:
+  bs: 8
+inputs:
+  g: {shape: [N], dtype: float32}
+outputs:
+  dx: {shape: [N], dtype: g}
+grid: ["cdiv(N, bs)"]
+blocks:
+  g: {block_shape: [bs], index_map: "i -> (i,)"}
+  dx: {block_shape: [bs], index_map: "i -> (i,)"}
+body: |
+  dx_ref[...] = g_ref[...] * 2
+reference: |
+  return g * 2
+cases:
+  - {name: c, N: 64}
+"""
+VJP = "vjp:\n  backward:\n    - spec: dx.yaml\n      inputs: {g: grad(o)}\n      grads: {dx: x}\n"
+
+
+def vjp(*replacements: tuple, dx: str | None = DX) -> dict:
+    """specs/bad.yaml: the valid spec with a `vjp:` section (and `replacements`), and
+    specs/dx.yaml, its backward kernel (`dx`; None: no such file)."""
+    files = {"bad": mutate(V + VJP, *replacements)}
+    return files if dx is None else dict(files, dx=dx)
+
+
 # code -> the bad spec (text or bytes; None: the file does not exist).
 SPECS = {
     "E100": None,
@@ -112,6 +143,16 @@ SPECS = {
     "E430": mutate(V, ("cases:", "mesh:\n  cores: {core: 2}\ncases:")),
     "E431": mutate(MESH, ("  grid: {sm: 2}", "  cores: {core: 2}")),
     "E432": mutate(MESH, ("      o: {view", "      y: {view")),
+    "E420": vjp(("spec: dx.yaml", "spec: missing.yaml"), dx=None),
+    "E421": vjp(("vjp:\n", "vjp:\n  residuals: [z]\n")),
+    "E422": vjp(("{g: grad(o)}", "{g: grad(o), h: grad(o)}")),
+    "E423": vjp(("{dx: x}", "{dy: x}")),
+    "E424": vjp(dx=mutate(DX, ("dx: {shape: [N], dtype: g}", "dx: {shape: [N], dtype: bfloat16}"))),
+    "E425": vjp(Y_INPUT),
+    "E426": vjp(("spec: dx.yaml", "spec: bad.yaml"), dx=None),
+    "E427": vjp(dx=mutate(DX, ("g: {shape: [N], dtype: float32}", "g: {shape: [N], dtype: bfloat16}"))),
+    "E428": vjp(dx=mutate(DX, ("cases:\n  - {name: c, N: 64}", 'constraints: ["N % 128 == 0"]\ncases:\n  - {name: c, N: 128}'))),
+    "E429": vjp(dx=DX + "backends:\n  mosaic_tpu:\n    params: {bs: 64}\n"),
     "E500": mutate(V, ("{name: c, N: 64}", "{name: c}")),
     "E501": mutate(V, ("cases:", 'constraints:\n  - {expr: "N % 128 == 0", message: N must be a multiple of 128}\ncases:')),
     "E502": mutate(V, (O_BLOCK, 'o: {block_shape: [bs], index_map: "i -> (i + 1,)"}')),
@@ -195,6 +236,16 @@ EXPECTED = {
     "E430": ['specs/bad.yaml:18:1: error[E430]: interpret: `mesh`, `pipelines` and `refs` belong to mesh kernels', '  = help: add `kind: mesh` at the top of the spec, or remove them'],
     "E431": ['specs/bad.yaml:10:1: error[E431]: mosaic_gpu: the mesh needs a `grid`', '  = help: e.g. `grid: {sm: num_sms}` for a persistent kernel', 'specs/bad.yaml:11:11: error[E431]: mosaic_gpu: mesh `cores` is not a mosaic_gpu mesh axis', '  = help: mosaic_gpu meshes take grid, cluster, threads'],
     "E432": ['specs/bad.yaml:18:7: error[E432]: mosaic_gpu: pipeline steps: block for unknown operand `y`'],
+    "E420": ['specs/bad.yaml:22:13: error[E420]: backward spec `missing.yaml` cannot be read: No such file or directory', '  = help: name a spec file in the same folder as this one'],
+    "E421": ['specs/bad.yaml:21:15: error[E421]: vjp.residuals: `z` is not an input or output of tiny'],
+    "E422": ['specs/bad.yaml:23:31: error[E422]: dx.yaml: inputs: `h` is not an input of dx'],
+    "E423": ['specs/bad.yaml:24:7: error[E423]: dx.yaml: output `dx` of dx is not assigned to an input', '  = help: name the input it is the gradient of under grads', 'specs/bad.yaml:24:19: error[E423]: dx.yaml: grads: `dy` is not an output of dx'],
+    "E424": ['specs/bad.yaml:24:19: error[E424]: case `c`: dx output dx is bfloat16 but input x is float32', '  = help: a gradient has the dtype of its input'],
+    "E425": ['specs/bad.yaml:21:1: error[E425]: vjp: input `y` is floating-point but no backward kernel gives its gradient', '  = help: assign a backward output to `y` under grads, or list it in vjp.no_grad'],
+    "E426": ['specs/bad.yaml:22:13: error[E426]: backward spec `bad.yaml` closes a cycle: bad.yaml -> bad.yaml', '  = help: a backward kernel may have a vjp of its own, but no spec can be its own backward kernel, directly or not'],
+    "E427": ['specs/bad.yaml:23:19: error[E427]: case `c`: dx input g takes bfloat16, but `grad(o)` is float32', '  = help: let g take float32'],
+    "E428": ['specs/bad.yaml:19:5: error[E428]: case `c` (float32): backward kernel dx (interpret) cannot run it: case `c` (N=64): `N % 128 == 0` does not hold [E501]', '  = help: in dx.yaml: constraint at line 17'],
+    "E429": ['specs/bad.yaml:22:13: error[E429]: dx.yaml: dx has no backend for platforms cpu, gpu, where this kernel\'s interpret backend runs', '  = help: add `interpret` to the backends of dx.yaml'],
     "E500": ['specs/bad.yaml:19:5: error[E500]: case `c` does not bind dim `N`', '  = help: add `N: <int>`'],
     "E501": ['specs/bad.yaml:21:5: error[E501]: case `c` (N=64): N must be a multiple of 128', '  = help: constraint at line 19'],
     "E502": ['specs/bad.yaml:13:37: error[E502]: case `c`: o.index_map at grid point (7,) gives block index (8,); dim 0 is 8, valid 0..7', '  = help: o dim 0 has 64 elements in blocks of 8'],
@@ -258,14 +309,17 @@ def test_stale_tuning_entries_are_a_warning(kspec, write_spec, tmp_path):
 @pytest.mark.parametrize("code", ERRORS)
 def test_diagnostic_text(code, kspec, write_spec, tmp_path):
     content = SPECS[code]
+    files = content if isinstance(content, dict) else {"bad": content}  # a dict: several spec files
     if content is None:
         (tmp_path / "specs").mkdir()
-    else:
-        write_spec(content, "bad")
+    for name, text in files.items():
+        if text is not None:
+            write_spec(text, name)
     r = kspec("check", "specs/bad.yaml")
     headers = [line for line in EXPECTED[code] if not line.startswith("  = help: ")]
     assert any(f": error[{code}]: " in h for h in headers), "the case must produce its own code"
-    assert r.out.splitlines() == EXPECTED[code] + [f"{len(headers)} error(s) in 1 of 1 spec(s)"]
+    # check also checks the backward specs a spec names: they count as specs checked
+    assert r.out.splitlines() == EXPECTED[code] + [f"{len(headers)} error(s) in 1 of {len(files)} spec(s)"]
     assert r.err == ""
     assert r.rc == 2
     assert not (tmp_path / "generated").exists()
@@ -275,6 +329,27 @@ def test_valid_spec_is_valid(kspec, write_spec):
     write_spec(VALID_SPEC)
     r = kspec("check", "specs/tiny.yaml")
     assert (r.rc, r.out, r.err) == (0, "1 spec(s) OK\n", "")
+
+
+def test_valid_vjp_is_valid_and_checks_its_backward_spec(kspec, write_spec):
+    for name, text in vjp().items():
+        write_spec(text, name)
+    r = kspec("check", "specs/bad.yaml")
+    assert (r.rc, r.out, r.err) == (0, "2 spec(s) OK\n", "")
+
+
+def test_errors_in_a_backward_spec_are_reported_in_its_file(kspec, write_spec):
+    for name, text in vjp(dx=mutate(DX, ("dtype: float32", "dtype: float31"))).items():
+        write_spec(text, name)
+    r = kspec("check", "specs/bad.yaml")
+    assert r.rc == 2
+    assert r.out.splitlines() == [
+        "specs/bad.yaml:22:13: error[E420]: backward spec `dx.yaml` has 1 error(s), reported in that file",
+        "  = help: fix the backward spec first",
+        "specs/dx.yaml:6:26: error[E401]: g: unknown dtype `float31`",
+        "  = help: did you mean `float32`?",
+        "2 error(s) in 2 of 2 spec(s)",
+    ]
 
 
 def test_every_error_of_a_file_in_one_run(kspec, write_spec):

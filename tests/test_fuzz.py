@@ -57,11 +57,14 @@ def _small_grid_walk(monkeypatch):
 
 
 class Workdir:
-    """One project folder per test: specs/fuzz.yaml is rewritten for each example."""
+    """One project folder per test: specs/fuzz.yaml is rewritten for each example. The
+    shipped specs sit beside it, so the backward specs a `vjp:` names are there."""
 
     def __init__(self, root: Path):
         self.root = root
         (self.root / "specs").mkdir()
+        for name, content in SHIPPED.items():
+            (self.root / "specs" / name).write_bytes(content)
         self.spec = self.root / "specs" / "fuzz.yaml"
         self.counts = {"accepted": 0, "rejected": 0}
 
