@@ -212,7 +212,10 @@ def _run(task: Task, start: float) -> dict:
         return _run_grad(task, prep, start)
     call = functools.partial(prep.fn, **prep.params)
     if task.backend == "mosaic_tpu" and jax.default_backend() != "tpu":
-        return _run_schedules(task, prep, call, start)
+        try:
+            return _run_schedules(task, prep, call, start)
+        finally:  # each schedule compiled programs of its own, which no later task runs: free them
+            jax.clear_caches()
     before = [np.asarray(x).copy() for x in prep.inputs]
     reference_outputs(prep)  # from the inputs as they are before the kernel runs
     with contextlib.redirect_stdout(io.StringIO()):  # what the kernel prints is not verify's output
