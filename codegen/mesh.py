@@ -108,12 +108,25 @@ def _pipeline_structure(spec, v, pipe, scope, operands, unknown) -> list:
                     if present]
         gpu_only += [f"{b.operand} transforms" for b in pipe.blocks if b.block.tiling or b.block.swizzle]
         gpu_only += [f"{b.operand} delay_release" for b in pipe.blocks if b.block.delay_release]
+        gpu_only += [f"{b.operand} collective_axes" for b in pipe.blocks if b.block.collective_axes]
         for what in gpu_only:
             out.append(Diagnostic("E432", f"{where}: {what} is Mosaic GPU only", pipe.loc,
                                   "Mosaic TPU pipelines double-buffer every block"))
     if pipe.compute_wgs and not v.mesh_axes("threads"):
         out.append(Diagnostic("E432", f"{where}: a warp-specialized pipeline needs `threads` in the mesh", pipe.loc,
                               f"add `threads: {{wg: {pipe.compute_wgs + 1}}}` (the compute warpgroups and one that copies)"))
+    clusters = {a.name for a in v.mesh_axes("cluster")}
+    for pb in pipe.blocks:
+        for axis in pb.block.collective_axes:
+            problem = (
+                "only inputs are multicast" if pb.role == "out"
+                else "only a warp-specialized pipeline multicasts" if not pipe.compute_wgs
+                else f"`{axis}` is not a cluster axis of the mesh" if axis not in clusters
+                else None
+            )
+            if problem:
+                out.append(Diagnostic("E432", f"{where}: {pb.operand} collective_axes [{axis}]: {problem}", pb.block.loc,
+                                      "multicast an input of a warp_specialized pipeline along a `mesh.cluster` axis"))
     for pb in pipe.blocks:
         op = operands.get(pb.operand)
         label = f"{pipe.name}.{pb.role}.{pb.operand}"

@@ -103,6 +103,7 @@ class Block:
     padding: tuple = ()  # per dim: (low, high) of an ELEMENT dim, else (0, 0)
     memory_space: str | None = None  # any | hbm | vmem | smem | gmem; None: the backend's default
     buffers: int | None = None  # pipeline_mode: pl.Buffered(buffers)
+    collective_axes: tuple = ()  # Mosaic GPU pipeline inputs: the cluster axis a copy is multicast along
 
     def kind(self, d: int) -> str:
         return self.kinds[d] if self.kinds else (SQUEEZED if self.block_shape[d] is None else BLOCKED)
@@ -499,6 +500,7 @@ class _Builder:
                         op, shape, self.index_map(b["index_map"], bat + ("index_map",)), self.doc.key_loc(bat),
                         self.doc.loc(bat + ("block_shape",)), tuple(transforms.get("tiling", ())),
                         transforms.get("swizzle"), b.get("delay_release", 0),
+                        collective_axes=tuple(b.get("collective_axes", ())),
                     )
                     blocks.append(PipeBlock(op, role, view, block))
             ws = spec.get("warp_specialized")

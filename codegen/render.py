@@ -70,6 +70,8 @@ def _gpu_layout(block) -> str:
     transforms += [f"plgpu.SwizzleTransform({block.swizzle})"] if block.swizzle else []
     kwargs = [f"transforms={_tuple(transforms)}"] if transforms else []
     kwargs += [f"delay_release={block.delay_release}"] if getattr(block, "delay_release", 0) else []
+    axes = getattr(block, "collective_axes", ())
+    kwargs += [f"collective_axes={_tuple(repr(a) for a in axes)}"] if axes else []
     return ", ".join(kwargs)
 
 

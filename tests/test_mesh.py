@@ -52,7 +52,7 @@ def test_tpu_core_mesh_kernel_lowers_for_tpu_on_a_cpu():
 
 def test_persistent_mosaic_gpu_matmul_lowers_for_cuda_on_a_cpu():
     module = importlib.import_module("generated.matmul_persistent.mosaic_gpu")
-    shapes = [jax.ShapeDtypeStruct((1024, 512), jnp.bfloat16), jax.ShapeDtypeStruct((512, 768), jnp.bfloat16)]
+    shapes = [jax.ShapeDtypeStruct((1024, 512), jnp.bfloat16), jax.ShapeDtypeStruct((512, 1024), jnp.bfloat16)]
     text = jax.jit(module.matmul_persistent).trace(*shapes).lower(lowering_platforms=("cuda",)).as_text()
     assert "mosaic_gpu" in text
 
@@ -61,8 +61,11 @@ def test_generated_mesh_modules_spell_the_mesh_and_pipelines():
     gpu = (REPO / "generated" / "matmul_persistent" / "mosaic_gpu.py").read_text()
     for line in (
         "return plgpu.emit_pipeline_warp_specialized(",
-        "grid=(num_sms,),",
+        "grid=((num_sms) // (2),),",
         'grid_names=("sm",),',
+        "cluster=(2,),",
+        'cluster_names=("cta",),',
+        "delay_release=1, collective_axes=('cta',)),",
         "num_threads=3,",
         'thread_name="wg",',
         "max_concurrent_steps=steps,",
@@ -147,6 +150,18 @@ def test_mesh_instance_evaluates_mesh_and_pipelines():
     spec = _spec("matmul_persistent")
     inst, diags = checks.instantiate(spec, spec.variants["mosaic_gpu"], spec.bench[0], {"a": "bfloat16", "b": "bfloat16", "o": "bfloat16"})
     assert diags == []
-    assert inst.mesh == {"sm": 132, "wg": 3}
+    assert inst.mesh == {"sm": 132, "cta": 2, "wg": 3}
     pipe = inst.pipes["k_loop"]
     assert dataclasses.astuple(pipe) == ((128,), {"a": (128, 8192), "b": (8192, 256)}, {"a": (128, 64), "b": (64, 256)}, 4)
+
+
+def test_multicast_needs_an_input_of_a_warp_specialized_pipeline_and_a_cluster_axis(tmp_path):
+    multicast = ('x: {view: ["N // 2"], block_shape: [bs], index_map: "i -> (i,)"}',
+                 'x: {view: ["N // 2"], block_shape: [bs], index_map: "i -> (i,)", collective_axes: [c]}')
+    r = _check(mutate(MESH, multicast), tmp_path)
+    assert r.rc == 2
+    assert "error[E432]: mosaic_gpu: pipeline steps: x collective_axes [c]: only a warp-specialized pipeline multicasts" in r.out
+    r = _check(mutate(MESH, multicast, ("  grid: {sm: 2}", "  grid: {sm: 2}\n  threads: {wg: 3}"),
+                      ('    grid: {i: "N // 2 // bs"}', '    grid: {i: "N // 2 // bs"}\n    warp_specialized: {num_compute_wgs: 2}')),
+               tmp_path)
+    assert "error[E432]: mosaic_gpu: pipeline steps: x collective_axes [c]: `c` is not a cluster axis of the mesh" in r.out
