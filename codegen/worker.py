@@ -214,8 +214,8 @@ def _run(task: Task, start: float) -> dict:
     if task.backend == "mosaic_tpu" and jax.default_backend() != "tpu":
         try:
             return _run_schedules(task, prep, call, start)
-        finally:  # each schedule compiled programs of its own, which no later task runs: free them
-            jax.clear_caches()
+        finally:  # each schedule compiled a program of its own, which no later task runs: free them
+            prep.fn.clear_cache()
     before = [np.asarray(x).copy() for x in prep.inputs]
     reference_outputs(prep)  # from the inputs as they are before the kernel runs
     with contextlib.redirect_stdout(io.StringIO()):  # what the kernel prints is not verify's output
