@@ -689,7 +689,7 @@ def instantiate(spec: KernelSpec, v: Variant, case: Case, dtypes: dict, budget: 
         return None, out
     inst = Instance(spec, v, case, env, shapes, dtypes, grid, blocks, scratch, mesh, pipes)
     if spec.kind == "mesh":
-        return inst, _mesh.bounds_and_coverage(inst, lambda g: grid_points(g, budget), _out_of_bounds, None)
+        return inst, _mesh.bounds_and_coverage(inst, lambda g: grid_points(g, budget), _out_of_bounds)
     return inst, _bounds_and_coverage(inst, budget)
 
 

@@ -15,6 +15,7 @@ import itertools
 import math
 
 from . import dtypes as dt
+from . import rules as _rules
 from .diagnostics import Diagnostic, did_you_mean
 from .expr import ExprError, NotEvaluable
 
@@ -181,7 +182,7 @@ def instantiate(spec, v, case, env: dict, size) -> tuple:
     return sizes, pipes
 
 
-def bounds_and_coverage(inst, grid_points, out_of_bounds, coverage_message) -> list:
+def bounds_and_coverage(inst, grid_points, out_of_bounds) -> list:
     """E505/E506 on sizes, E502 for pipeline index maps leaving their view, E503 for output
     views the pipeline leaves unwritten; walks each pipeline grid like a pallas_call grid."""
     out = []
@@ -236,29 +237,19 @@ def bounds_and_coverage(inst, grid_points, out_of_bounds, coverage_message) -> l
 # -- hardware rules -----------------------------------------------------------------
 
 
-def rules(inst, where: str, tpu_tile, tma_box, limits: dict) -> list:
+def rules(inst) -> list:
     """The backend rules for a mesh kernel's instance (called from rules.check)."""
-    if inst.variant.backend == "mosaic_gpu":
-        return _gpu(inst, where, tma_box, limits)
-    return _tpu(inst, where, tpu_tile, limits)
+    return _gpu(inst) if inst.variant.backend == "mosaic_gpu" else _tpu(inst)
 
 
-def _pipe_bytes(inst, pipe, dtypes) -> int:
+def _pipe_bytes(inst, pipe) -> int:
     pi = inst.pipes[pipe.name]
-    return sum(math.prod(pi.blocks[pb.operand]) * dt.itemsize(dtypes[pb.operand]) for pb in pipe.blocks)
+    return sum(math.prod(pi.blocks[pb.operand]) * dt.itemsize(inst.dtypes[pb.operand]) for pb in pipe.blocks)
 
 
-def _scratch_bytes(inst, spaces: tuple) -> int:
-    return sum(
-        math.prod(inst.scratch_shapes[s.name]) * dt.itemsize(s.dtype)
-        for s in inst.variant.scratch
-        if s.kind == "array" and s.memory_space in spaces
-    )
-
-
-def _gpu(inst, where: str, tma_box, limits: dict) -> list:
+def _gpu(inst) -> list:
     out = []
-    v = inst.variant
+    v, where = inst.variant, _rules.where(inst)
     threads = v.mesh_axes("threads")
     wgs = inst.mesh[threads[0].name] if threads else 1
     if wgs * WARPGROUP > MAX_CTA_THREADS or wgs < 1:
@@ -285,43 +276,33 @@ def _gpu(inst, where: str, tma_box, limits: dict) -> list:
                               cluster[0].loc, f"use at most {MAX_CLUSTER} CTAs per cluster"))
     pipes = 0
     for pipe in v.pipelines:
-        pipes += _pipe_bytes(inst, pipe, inst.dtypes) * inst.pipes[pipe.name].buffers
+        pipes += _pipe_bytes(inst, pipe) * inst.pipes[pipe.name].buffers
         for pb in pipe.blocks:
-            shape = inst.pipes[pipe.name].blocks[pb.operand]
-            box = tma_box(shape, pb.block.tiling)
-            if max(box) > limits["tma"]:
-                tiled = f" (tiled by {pb.block.tiling} it is copied as {box})" if pb.block.tiling else ""
-                out.append(Diagnostic("E722", f"{where}: pipeline {pipe.name} block of {pb.operand} {shape}{tiled} is too "
-                                      f"large for TMA, which copies at most {limits['tma']} elements along each dim",
-                                      pb.block.loc, "use smaller blocks and cover the rest with the pipeline grid"))
-    total = pipes + _scratch_bytes(inst, ("smem", "vmem"))
-    if total > limits["smem"]:
+            out += _rules.tma_box_limit(where, f"pipeline {pipe.name} block of {pb.operand}",
+                                        inst.pipes[pipe.name].blocks[pb.operand], pb.block.tiling, pb.block.loc,
+                                        "use smaller blocks and cover the rest with the pipeline grid")
+    total = pipes + _rules.scratch_bytes(inst, ("smem", "vmem"))
+    if total > _rules.HOPPER_SMEM_LIMIT:
         out.append(Diagnostic("E721", f"{where}: shared memory estimate {total // 1024} KiB (pipeline blocks x buffers "
-                              f"{pipes // 1024} KiB + scratch) exceeds {limits['smem'] // 1024} KiB per block on Hopper",
+                              f"{pipes // 1024} KiB + scratch) exceeds {_rules.HOPPER_SMEM_LIMIT // 1024} KiB per block on Hopper",
                               v.loc, "use smaller blocks, fewer pipeline buffers or less scratch"))
     return out
 
 
-def _tpu(inst, where: str, tpu_tile, limits: dict) -> list:
+def _tpu(inst) -> list:
     out = []
-    v = inst.variant
+    v, where = inst.variant, _rules.where(inst)
     blocks = 0
     for pipe in v.pipelines:
         pi = inst.pipes[pipe.name]
-        blocks += _pipe_bytes(inst, pipe, inst.dtypes) * 2
+        blocks += _pipe_bytes(inst, pipe) * _rules.TPU_BUFFERS
         for pb in pipe.blocks:
-            shape, view = pi.blocks[pb.operand], pi.views[pb.operand]
-            sub = tpu_tile(inst.dtypes[pb.operand])
-            tail = list(zip(shape[-2:], view[-2:], (sub, 128))) if len(shape) >= 2 else []
-            for b, n, t in tail:
-                if b % t and b != n:
-                    out.append(Diagnostic("E701", f"{where}: pipeline {pipe.name} block of {pb.operand} {shape}: dim of {b} "
-                                          f"is neither a multiple of {t} nor the view's {n}", pb.block.shape_loc,
-                                          f"make the last two block dims multiples of ({sub}, 128) for "
-                                          f"{inst.dtypes[pb.operand]}, or the whole view"))
-    total = blocks + _scratch_bytes(inst, ("vmem",))
-    if total > limits["vmem"]:
+            out += _rules.tpu_tiling(where, f"pipeline {pipe.name} block of {pb.operand}", pi.views[pb.operand],
+                                     pi.blocks[pb.operand], inst.dtypes[pb.operand], pb.block.shape_loc)
+    limit = _rules.compiler_param(inst, "vmem_limit_bytes") or _rules.TPU_DEFAULT_VMEM_LIMIT
+    total = blocks + _rules.scratch_bytes(inst, ("vmem",))
+    if total > limit:
         out.append(Diagnostic("E703", f"{where}: VMEM estimate {total / 2**20:.1f} MiB (pipeline blocks x 2 buffers "
-                              f"{blocks / 2**20:.1f} MiB + scratch) exceeds the limit of {limits['vmem'] / 2**20:.1f} MiB",
+                              f"{blocks / 2**20:.1f} MiB + scratch) exceeds the limit of {limit / 2**20:.1f} MiB",
                               v.loc, "use smaller pipeline blocks, or raise compiler_params.vmem_limit_bytes"))
     return out

@@ -102,10 +102,7 @@ def _body_names(variant: Variant) -> set:
 def _grid_indices(variant: Variant) -> dict:
     """{name: axis} of the named grid axes the body mentions: the body receives these
     indices as keyword arguments (a list grid has no names, so none)."""
-    try:
-        used = {n.id for n in ast.walk(ast.parse(variant.body.source)) if isinstance(n, ast.Name)}
-    except SyntaxError:  # checks reported it; render() only sees checked specs
-        used = set()
+    used = _body_names(variant)
     return {name: axis for axis, name in enumerate(variant.grid_names) if name in used}
 
 

@@ -31,9 +31,7 @@ def check(inst) -> list:
     if inst.spec.kind == "mesh":
         from . import mesh
 
-        limits = {"smem": HOPPER_SMEM_LIMIT, "tma": TMA_MAX_BLOCK_DIM,
-                  "vmem": compiler_param(inst, "vmem_limit_bytes") or TPU_DEFAULT_VMEM_LIMIT}
-        return mesh.rules(inst, _where(inst), tpu_sublane_tile, _tma_box, limits)
+        return mesh.rules(inst)
     rules = {"mosaic_tpu": _mosaic_tpu, "triton": _triton, "mosaic_gpu": _mosaic_gpu}
     rule = rules.get(inst.variant.backend)
     return rule(inst) if rule else []
@@ -45,7 +43,7 @@ def compiler_param(inst, key: str, default=None):
     return value.eval(inst.env) if hasattr(value, "eval") else value
 
 
-def _where(inst) -> str:
+def where(inst) -> str:
     return f"case `{inst.case.name}` ({inst.variant.backend})"
 
 
@@ -84,27 +82,34 @@ def _mosaic_tpu(inst) -> list:
         spec = inst.variant.blocks.get(op.name)
         if spec is None or spec.block_shape is None or spec.memory_space in ("any", "hbm", "smem"):
             continue  # a whole array, or one outside VMEM, always satisfies the tiling rule
-        shape, block, dtype = inst.shapes[op.name], inst.block_shapes[op.name], inst.dtypes[op.name]
-        tiles = [tpu_sublane_tile(dtype), 128][-min(2, len(shape)) :]
-        for d, tile in zip(range(len(shape) - len(tiles), len(shape)), tiles):
-            b = 1 if block[d] is None else block[d]  # a squeezed dim is a block of 1 to Mosaic
-            if b == shape[d] or b % tile == 0:
-                continue
-            which = "last" if d == len(shape) - 1 else "second-to-last"
-            shown = "squeezed (1)" if block[d] is None else b
-            out.append(
-                Diagnostic(
-                    "E701",
-                    f"{_where(inst)}: {op.name} block dim {d} is {shown}; on TPU the {which} block dim must be "
-                    f"divisible by {tile} for {dtype} or equal the array dim ({shape[d]})",
-                    _loc(inst, op.name),
-                    f"use a multiple of {tile} (e.g. {max(tile, b // tile * tile)}) or the full dim"
-                    + ("; squeeze a leading dim instead" if block[d] is None else ""),
-                )
-            )
+        out += tpu_tiling(where(inst), op.name, inst.shapes[op.name], inst.block_shapes[op.name], inst.dtypes[op.name],
+                          _loc(inst, op.name))
     out += _tpu_parallel_revisits(inst)
     out += _tpu_vmem(inst)
     return out + _tpu_block_specs(inst)
+
+
+def tpu_tiling(where: str, name: str, shape: tuple, block: tuple, dtype: str, loc) -> list:
+    """E701 for one block of `shape`: its last two dims tile by (8 x packing, 128) or are whole."""
+    out = []
+    tiles = [tpu_sublane_tile(dtype), 128][-min(2, len(shape)) :]
+    for d, tile in zip(range(len(shape) - len(tiles), len(shape)), tiles):
+        b = 1 if block[d] is None else block[d]  # a squeezed dim is a block of 1 to Mosaic
+        if b == shape[d] or b % tile == 0:
+            continue
+        which = "last" if d == len(shape) - 1 else "second-to-last"
+        shown = "squeezed (1)" if block[d] is None else b
+        out.append(
+            Diagnostic(
+                "E701",
+                f"{where}: {name} block dim {d} is {shown}; on TPU the {which} block dim must be "
+                f"divisible by {tile} for {dtype} or equal the array dim ({shape[d]})",
+                loc,
+                f"use a multiple of {tile} (e.g. {max(tile, b // tile * tile)}) or the full dim"
+                + ("; squeeze a leading dim instead" if block[d] is None else ""),
+            )
+        )
+    return out
 
 
 def _tpu_block_specs(inst) -> list:
@@ -117,7 +122,7 @@ def _tpu_block_specs(inst) -> list:
                 out.append(
                     Diagnostic(
                         "E705",
-                        f"{_where(inst)}: {name} mixes element dims with {', '.join(sorted(kinds - {'element'}))} dims; "
+                        f"{where(inst)}: {name} mixes element dims with {', '.join(sorted(kinds - {'element'}))} dims; "
                         "Mosaic TPU takes all element dims or none",
                         block.shape_loc,
                         "write the other dims as {element: <size>} too (the index map then gives their element offsets)",
@@ -127,7 +132,7 @@ def _tpu_block_specs(inst) -> list:
             out.append(
                 Diagnostic(
                     "E705",
-                    f"{_where(inst)}: {name} asks for {block.buffers} buffers; Mosaic TPU lowers 1 or 2",
+                    f"{where(inst)}: {name} asks for {block.buffers} buffers; Mosaic TPU lowers 1 or 2",
                     block.loc,
                     "use pipeline_mode: {buffered: 1} or {buffered: 2}",
                 )
@@ -151,7 +156,7 @@ def _tpu_parallel_revisits(inst) -> list:
             out.append(
                 Diagnostic(
                     "E702",
-                    f"{_where(inst)}: output {op.name} is written by several steps of parallel grid "
+                    f"{where(inst)}: output {op.name} is written by several steps of parallel grid "
                     f"{label} (grid points {point[0]} and {point[1]} write the same block)",
                     _loc(inst, op.name),
                     f"mark grid {label} `arbitrary` in dimension_semantics, or index {op.name}'s blocks by it",
@@ -191,7 +196,7 @@ def _block_bytes(inst, name: str) -> int:
     return math.prod(1 if b is None else b for b in block) * dt.itemsize(inst.dtypes[name])
 
 
-def _scratch_bytes(inst, spaces: tuple) -> int:
+def scratch_bytes(inst, spaces: tuple) -> int:
     total = 0
     for s in inst.variant.scratch:
         if s.kind == "array" and s.memory_space in spaces:
@@ -221,7 +226,7 @@ def _tpu_vmem(inst) -> list:
     limit = compiler_param(inst, "vmem_limit_bytes") or TPU_DEFAULT_VMEM_LIMIT
     counts = {o.name: tpu_buffers(inst, o) for o in inst.spec.operands}
     blocks = sum(_block_bytes(inst, name) * n for name, n in counts.items())
-    total = blocks + _scratch_bytes(inst, ("vmem",))
+    total = blocks + scratch_bytes(inst, ("vmem",))
     if total <= limit:
         return []
     used = {n for n in counts.values() if n}
@@ -229,7 +234,7 @@ def _tpu_vmem(inst) -> list:
     return [
         Diagnostic(
             "E703",
-            f"{_where(inst)}: VMEM estimate {_bytes(total)} (blocks x {buffers} "
+            f"{where(inst)}: VMEM estimate {_bytes(total)} (blocks x {buffers} "
             f"{_bytes(blocks)} + scratch) exceeds the limit of {_bytes(limit)}",
             inst.variant.loc,
             "use smaller blocks, or raise compiler_params.vmem_limit_bytes",
@@ -250,7 +255,7 @@ def _triton(inst) -> list:
         out.append(
             Diagnostic(
                 "E713",
-                f"{_where(inst)}: num_warps is {warps}; Triton runs 1, 2, 4, 8, 16 or 32 warps per program",
+                f"{where(inst)}: num_warps is {warps}; Triton runs 1, 2, 4, 8, 16 or 32 warps per program",
                 inst.variant.loc,
                 "give num_warps (or the param it names) a power of two up to 32",
             )
@@ -261,7 +266,7 @@ def _triton(inst) -> list:
                 out.append(
                     Diagnostic(
                         "E711",
-                        f"{_where(inst)}: {op.name} block dim {d} is {b}; Triton block dims must be powers of two",
+                        f"{where(inst)}: {op.name} block dim {d} is {b}; Triton block dims must be powers of two",
                         _loc(inst, op.name),
                         f"use {1 << (b - 1).bit_length()} (padding covers the ragged edge) or {1 << (b.bit_length() - 1)}",
                     )
@@ -276,7 +281,7 @@ def _triton(inst) -> list:
             out.append(
                 Diagnostic(
                     "E712",
-                    f"{_where(inst)}: {op} is a dot operand with block {tuple(block)}; "
+                    f"{where(inst)}: {op} is a dot operand with block {tuple(block)}; "
                     f"Triton dots need every dim >= {TRITON_MIN_DOT}",
                     _loc(inst, op),
                     f"make each block dim of {op} at least {TRITON_MIN_DOT}",
@@ -339,12 +344,12 @@ def _mosaic_gpu(inst) -> list:
     depth = compiler_param(inst, "max_concurrent_steps", 1)
     blocked = [o.name for o in inst.spec.operands]
     blocks = sum(_block_bytes(inst, n) for n in blocked) * max(depth, 1)
-    total = blocks + _scratch_bytes(inst, ("smem", "vmem")) + params.get("reduction_scratch_bytes", 2048)
+    total = blocks + scratch_bytes(inst, ("smem", "vmem")) + params.get("reduction_scratch_bytes", 2048)
     if total > HOPPER_SMEM_LIMIT:
         out.append(
             Diagnostic(
                 "E721",
-                f"{_where(inst)}: shared memory estimate {total // 1024} KiB (blocks x {depth} steps "
+                f"{where(inst)}: shared memory estimate {total // 1024} KiB (blocks x {depth} steps "
                 f"{blocks // 1024} KiB + scratch) exceeds {HOPPER_SMEM_LIMIT // 1024} KiB per block on Hopper",
                 inst.variant.loc,
                 "use smaller blocks or fewer max_concurrent_steps",
@@ -357,22 +362,27 @@ def _tma_block_dims(inst) -> list:
     out = []
     for op in inst.spec.operands:
         block = inst.variant.blocks.get(op.name)
-        tiling = block.tiling if block is not None else ()
         shape = tuple(b for b in inst.block_shapes[op.name] if b is not None)
-        box = _tma_box(shape, tiling)
-        if max(box, default=0) <= TMA_MAX_BLOCK_DIM:
-            continue
-        tiled = f" (tiled by {tiling} it is copied as {box})" if tiling else ""
-        out.append(
-            Diagnostic(
-                "E722",
-                f"{_where(inst)}: {op.name} block {shape}{tiled} is too large for TMA, which copies "
-                f"at most {TMA_MAX_BLOCK_DIM} elements along each dim",
-                _loc(inst, op.name),
-                "use smaller blocks and cover the rest with the grid",
-            )
-        )
+        out += tma_box_limit(where(inst), op.name, shape, block.tiling if block is not None else (), _loc(inst, op.name),
+                             "use smaller blocks and cover the rest with the grid")
     return out
+
+
+def tma_box_limit(where: str, name: str, shape: tuple, tiling: tuple, loc, fix: str) -> list:
+    """E722 for one block: what one TMA copy moves has at most 256 elements along each dim."""
+    box = _tma_box(shape, tiling)
+    if max(box, default=0) <= TMA_MAX_BLOCK_DIM:
+        return []
+    tiled = f" (tiled by {tiling} it is copied as {box})" if tiling else ""
+    return [
+        Diagnostic(
+            "E722",
+            f"{where}: {name} block {shape}{tiled} is too large for TMA, which copies "
+            f"at most {TMA_MAX_BLOCK_DIM} elements along each dim",
+            loc,
+            fix,
+        )
+    ]
 
 
 def _tma_box(shape: tuple, tiling: tuple) -> tuple:
