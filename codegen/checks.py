@@ -689,7 +689,7 @@ def instantiate(spec: KernelSpec, v: Variant, case: Case, dtypes: dict, budget: 
         return None, out
     inst = Instance(spec, v, case, env, shapes, dtypes, grid, blocks, scratch, mesh, pipes)
     if spec.kind == "mesh":
-        return inst, _mesh.bounds_and_coverage(inst, lambda g: grid_points(g, budget), _out_of_bounds)
+        return inst, _mesh.bounds_and_coverage(inst, lambda g: grid_points(g, budget), walk_block)
     return inst, _bounds_and_coverage(inst, budget)
 
 
@@ -753,37 +753,47 @@ def _bounds_and_coverage(inst: Instance, budget: list | None = None) -> list:
         exhaustive = exhaustive and not (block.index_map.names | set(block.index_map.args)) & prefetched
         exhaustive_kinds = all(block.kind(d) in (BLOCKED, SQUEEZED) for d in range(len(bshape)))
         exhaustive = exhaustive and exhaustive_kinds
-        visited = set()
-        reported = False
-        for point, (fill, label) in itertools.product(points, fills):
-            env = dict(inst.env, **fill)
-            env.update(zip(block.index_map.args, point))
-            try:
-                idx = block.index_map.eval(env)
-            except NotEvaluable:
-                exhaustive = False
-                break
-            except ExprError as err:
-                out.append(Diagnostic(err.code, f"case `{case.name}`: {op.name}.index_map: {err.message}", block.index_map.loc))
-                break
-            bad = _out_of_bounds(idx, shape, bshape, block)
-            if bad is not None and not reported:
-                d, what, hint = bad
-                out.append(
-                    Diagnostic(
-                        "E502",
-                        f"case `{case.name}`: {op.name}.index_map at grid point {point}{label} gives "
-                        f"{'block index ' if exhaustive_kinds else ''}{_shown(idx)}; dim {d} {what}",
-                        block.index_map.loc,
-                        f"{op.name} dim {d} {hint}",
-                    )
-                )
-                reported = True
-            if bad is None:
-                visited.add(idx)
+        found, visited, walked = walk_block(inst.env, case.name, op.name, block, shape, bshape, points, fills,
+                                            "grid point", op.name)
+        out += found
+        reported = bool(found)
+        exhaustive = exhaustive and walked
         if op.role == "output" and exhaustive and not reported:
             out += _coverage(inst, op, block, visited)
     return out
+
+
+def walk_block(env: dict, case: str, name: str, block, shape: tuple, bshape: tuple, points, fills: list,
+               point_word: str, owner: str) -> tuple:
+    """Evaluate a block's index map at every point (x prefetch fill): (the first E502 or
+    expression error, the block indices visited in bounds, whether every point evaluated)."""
+    visited, out = set(), []
+    exhaustive_kinds = all(block.kind(d) in (BLOCKED, SQUEEZED) for d in range(len(bshape)))
+    for point, (fill, label) in itertools.product(points, fills):
+        at = dict(env, **fill)
+        at.update(zip(block.index_map.args, point))
+        try:
+            idx = block.index_map.eval(at)
+        except NotEvaluable:
+            return out, visited, False
+        except ExprError as err:
+            out.append(Diagnostic(err.code, f"case `{case}`: {name}.index_map: {err.message}", block.index_map.loc))
+            return out, visited, False
+        bad = _out_of_bounds(idx, shape, bshape, block)
+        if bad is None:
+            visited.add(idx)
+        elif not out:
+            d, what, hint = bad
+            out.append(
+                Diagnostic(
+                    "E502",
+                    f"case `{case}`: {name}.index_map at {point_word} {point}{label} gives "
+                    f"{'block index ' if exhaustive_kinds else ''}{_shown(idx)}; dim {d} {what}",
+                    block.index_map.loc,
+                    f"{owner} dim {d} {hint}",
+                )
+            )
+    return out, visited, True
 
 
 def _shown(idx: tuple) -> str:

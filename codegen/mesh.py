@@ -17,7 +17,6 @@ import math
 from . import dtypes as dt
 from . import rules as _rules
 from .diagnostics import Diagnostic, did_you_mean
-from .expr import ExprError, NotEvaluable
 
 MESH_BACKENDS = ("mosaic_gpu", "mosaic_tpu")
 ROLES = {"mosaic_gpu": ("grid", "cluster", "threads"), "mosaic_tpu": ("cores",)}
@@ -182,9 +181,9 @@ def instantiate(spec, v, case, env: dict, size) -> tuple:
     return sizes, pipes
 
 
-def bounds_and_coverage(inst, grid_points, out_of_bounds) -> list:
+def bounds_and_coverage(inst, grid_points, walk) -> list:
     """E505/E506 on sizes, E502 for pipeline index maps leaving their view, E503 for output
-    views the pipeline leaves unwritten; walks each pipeline grid like a pallas_call grid."""
+    views the pipeline leaves unwritten; `walk` is checks.walk_block, the pallas_call grid walk."""
     out = []
     case = inst.case
     for pipe in inst.variant.pipelines:
@@ -203,27 +202,10 @@ def bounds_and_coverage(inst, grid_points, out_of_bounds) -> list:
                                       block.shape_loc))
                 continue
             points, exhaustive = grid_points(pi.grid)
-            visited, reported = set(), False
-            for point in points:
-                env = dict(inst.env, **dict(zip(block.index_map.args, point)))
-                try:
-                    idx = block.index_map.eval(env)
-                except NotEvaluable:
-                    exhaustive = False
-                    break
-                except ExprError as err:
-                    out.append(Diagnostic(err.code, f"case `{case.name}`: {pipe.name}.{pb.operand}.index_map: {err.message}",
-                                          block.index_map.loc))
-                    break
-                bad = out_of_bounds(idx, view, bshape, block)
-                if bad is not None and not reported:
-                    d, what, hint = bad
-                    out.append(Diagnostic("E502", f"case `{case.name}`: {pipe.name}.{pb.operand}.index_map at step {point} "
-                                          f"gives block index {tuple(idx)}; dim {d} {what}", block.index_map.loc,
-                                          f"the view of {pb.operand} dim {d} {hint}"))
-                    reported = True
-                if bad is None:
-                    visited.add(idx)
+            found, visited, walked = walk(inst.env, case.name, f"{pipe.name}.{pb.operand}", block, view, bshape, points,
+                                          [({}, "")], "step", f"the view of {pb.operand}")
+            out += found
+            reported, exhaustive = bool(found), exhaustive and walked
             if pb.role == "out" and exhaustive and not reported:
                 counts = [-(-n // b) for n, b in zip(view, bshape)]
                 missing = next((t for t in itertools.product(*(range(c) for c in counts)) if t not in visited), None)
