@@ -214,10 +214,10 @@ class _Context:
             for o in spec.outputs
         ]
         out_specs = [self._block(variant, o) for o in spec.outputs]
-        padded, cropped = self._whole_blocks(variant)
+        padded_inputs, padded_outputs, cropped = self._whole_blocks(variant)
         if cropped:
             out_shapes = [
-                f"jax.ShapeDtypeStruct({_tuple(padded.get((o.name, d), e.render()) for d, e in enumerate(o.shape))}, "
+                f"jax.ShapeDtypeStruct({padded_outputs.get(o.name) or _tuple(e.render() for e in o.shape)}, "
                 f"{_dtype_expr(spec, o)}, manual_axis_type={varying})"
                 for o in spec.outputs
             ]
@@ -257,7 +257,7 @@ class _Context:
             compiler_params=self._compiler_params(variant),
             dtype_limits=[(name, _tuple(jnp_dtype(d) for d in allowed)) for name, allowed in variant.dtypes.items()],
             cost_estimate=self._cost(),
-            padded_inputs=[(o.name, padded[o.name]) for o in spec.inputs if o.name in padded],
+            padded_inputs=padded_inputs,
             cropped=cropped,
         )
         if spec.kind == "mesh":
@@ -269,11 +269,11 @@ class _Context:
     def _whole_blocks(self, variant: Variant) -> tuple:
         """Pallas Triton neither masks nor clips a ragged last block: the program reads and
         writes past the array (into whatever lies next in device memory). So on triton every
-        blocked dim is padded to whole blocks: ({input: blocks tuple, (output, dim): padded
-        size expression}, the outputs' true shapes to crop to, or None when nothing is blocked)."""
+        blocked dim is padded to whole blocks: ([(input, blocks tuple)], {output: padded shape},
+        the outputs' true shapes to crop to, or None when no output is blocked)."""
         if variant.backend != "triton":
-            return {}, None
-        padded: dict = {}
+            return [], {}, None
+        inputs, outputs = [], {}
         for op in self.spec.operands:
             block = variant.blocks.get(op.name)
             if block is None or block.block_shape is None:
@@ -283,15 +283,15 @@ class _Context:
             if not any(sizes):
                 continue
             if op.role == "input":
-                padded[op.name] = _tuple(s or "None" for s in sizes)
+                inputs.append((op.name, _tuple(b or "None" for b in sizes)))
             else:
-                for d, size in enumerate(sizes):
-                    if size:
-                        padded[(op.name, d)] = f"_signature.whole({op.shape[d].render()}, {size})"
-        if not any(isinstance(k, tuple) for k in padded):
-            return padded, None
+                outputs[op.name] = _tuple(
+                    f"_signature.whole({e.render()}, {b})" if b else e.render() for e, b in zip(op.shape, sizes)
+                )
+        if not outputs:
+            return inputs, outputs, None
         shapes = [_tuple(e.render() for e in o.shape) for o in self.spec.outputs]
-        return padded, shapes[0] if len(shapes) == 1 else _tuple(shapes)
+        return inputs, outputs, shapes[0] if len(shapes) == 1 else _tuple(shapes)
 
     def _mesh(self, variant: Variant) -> dict:
         """A mesh kernel: plgpu.kernel or pl.kernel over a TensorCore mesh, its pipelines as
