@@ -60,6 +60,8 @@ BACKENDS: dict = {
             compiler_params_class="pltriton.CompilerParams",
             imports=("from jax.experimental.pallas import triton as pltriton",),
             block_kinds=("blocked", "squeezed", "element"),
+            # any: the whole array, which the body indexes itself (e.g. a persistent row loop)
+            memory_spaces=("any",),
         ),
         Backend(
             "mosaic_gpu",

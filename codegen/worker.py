@@ -296,6 +296,15 @@ def _run_sharded(task: Task, prep: Prepared, start: float) -> dict:
     return check_outputs(task, prep, outs, round(time.monotonic() - start, 3))
 
 
+def with_params(prep: Prepared, params: dict) -> Prepared:
+    """The task under other kernel params (a tuned config). The reference takes the same
+    values of the params it shares with the kernel, so its outputs are recomputed when one of
+    them changes (layer_norm_dparams: one partial-sum row per block of bm rows)."""
+    ref_params = {k: params.get(k, v) for k, v in prep.ref_params.items()}
+    refs = prep.refs if ref_params == prep.ref_params else None
+    return dataclasses.replace(prep, params=params, ref_params=ref_params, refs=refs)
+
+
 def reference_outputs(prep: Prepared) -> tuple:
     """The reference's outputs at higher precision, computed once per prepared task."""
     import jax

@@ -231,7 +231,7 @@ EXPECTED = {
     "E410": ['specs/bad.yaml:7:3: error[E410]: scalar-prefetch input s has no `init: {kind: index, ...}` saying what values it holds', '  = help: a prefetched input holds indices: shape [n], an int dtype, init {kind: index, bound: ...}'],
     "E411": ['specs/bad.yaml:7:41: error[E411]: x.init: low 1 is not below high 0'],
     "E412": ['specs/bad.yaml:18:1: error[E412]: input_output_aliases: `y` is not an input', '  = help: alias an output to an input of the same shape and dtype'],
-    "E413": ["specs/bad.yaml:23:7: error[E413]: triton: x: memory_space vmem is not one of triton's", '  = help: memory spaces on triton: none'],
+    "E413": ["specs/bad.yaml:23:7: error[E413]: triton: x: memory_space vmem is not one of triton's", '  = help: memory spaces on triton: any'],
     "E414": ['specs/bad.yaml:23:7: error[E414]: interpret: scratch bar is a barrier, which interpret does not have', '  = help: scratch kinds on interpret: array, dma_semaphore, semaphore'],
     "E430": ['specs/bad.yaml:18:1: error[E430]: interpret: `mesh`, `pipelines` and `refs` belong to mesh kernels', '  = help: add `kind: mesh` at the top of the spec, or remove them'],
     "E431": ['specs/bad.yaml:10:1: error[E431]: mosaic_gpu: the mesh needs a `grid`', '  = help: e.g. `grid: {sm: num_sms}` for a persistent kernel', 'specs/bad.yaml:11:11: error[E431]: mosaic_gpu: mesh `cores` is not a mosaic_gpu mesh axis', '  = help: mosaic_gpu meshes take grid, cluster, threads'],

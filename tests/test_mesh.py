@@ -57,6 +57,18 @@ def test_persistent_mosaic_gpu_matmul_lowers_for_cuda_on_a_cpu():
     assert "mosaic_gpu" in text
 
 
+def test_fused_persistent_matmul_lowers_for_cuda_on_a_cpu():
+    """matmul_bias_gelu_persistent: the bias TMA, its barrier and the GELU (approx_math) lower."""
+    module = importlib.import_module("generated.matmul_bias_gelu_persistent.mosaic_gpu")
+    shapes = [jax.ShapeDtypeStruct((1024, 512), jnp.bfloat16), jax.ShapeDtypeStruct((512, 1024), jnp.bfloat16),
+              jax.ShapeDtypeStruct((1, 1024), jnp.bfloat16)]
+    text = jax.jit(module.matmul_bias_gelu_persistent).trace(*shapes).lower(lowering_platforms=("cuda",)).as_text()
+    assert "mosaic_gpu" in text
+    gen = (REPO / "generated" / "matmul_bias_gelu_persistent" / "mosaic_gpu.py").read_text()
+    assert "plgpu.Barrier(num_arrivals=1, num_barriers=2)" in gen
+    assert "approx_math=True" in gen
+
+
 def test_generated_mesh_modules_spell_the_mesh_and_pipelines():
     gpu = (REPO / "generated" / "matmul_persistent" / "mosaic_gpu.py").read_text()
     for line in (

@@ -9,10 +9,13 @@ past its output, over the first 64 elements of the next buffer (docs/runs/
 from __future__ import annotations
 
 import importlib
+from pathlib import Path
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+
+REPO = Path(__file__).resolve().parent.parent
 
 
 def _lowered(module, fn, *shapes, **params) -> str:
@@ -48,3 +51,31 @@ def test_whole_blocks_and_crop_round_trip():
     assert sig.crop(x, (3, 5)) is x
     a, b = sig.crop((padded, padded), ((3, 5), (4, 5)))
     assert a.shape == (3, 5) and b is padded
+
+
+def test_persistent_norms_take_whole_arrays_and_a_grid_of_programs():
+    """rms_norm and layer_norm on triton: x and y are whole arrays (`memory_space: any`) that
+    the body indexes row by row, so a ragged M (40) needs no padding and the grid is
+    min(programs, M)."""
+    text = _lowered("generated.rms_norm.triton", "rms_norm", (40, 256), (1, 256), programs=16)
+    assert "grid_x = 16 : i32" in text
+    assert "stablehlo.pad" not in text and "stablehlo.slice" not in text
+    text = _lowered("generated.layer_norm.triton", "layer_norm", (40, 256), (1, 256), (1, 256), programs=264)
+    assert "grid_x = 40 : i32" in text  # never more programs than rows
+    gen = (REPO / "generated" / "rms_norm" / "triton.py").read_text()
+    assert "pl.BlockSpec(memory_space=pl.ANY)" in gen
+
+
+def test_triton_whole_array_blocks_are_not_held_to_power_of_two_blocks(tmp_path):
+    """E711 (Triton block dims are powers of two) is about loaded blocks: an operand passed
+    whole (`memory_space: any`) has none, whatever its shape."""
+    from codegen import pipeline
+
+    spec = (REPO / "specs" / "rms_norm.yaml").read_text()
+    assert "      x: {memory_space: any}\n" in spec
+    (tmp_path / "rms_norm.yaml").write_text(spec)
+    assert [d for d in pipeline.compile_spec(tmp_path / "rms_norm.yaml").diagnostics if d.severity == "error"] == []
+    blocked = spec.replace("      x: {memory_space: any}\n", '      x: {block_shape: [M, N], index_map: "p -> (0, 0)"}\n')
+    (tmp_path / "rms_norm.yaml").write_text(blocked)
+    codes = [d.code for d in pipeline.compile_spec(tmp_path / "rms_norm.yaml").diagnostics]
+    assert "E711" in codes  # the ragged case's M = 40 as a block dim

@@ -225,3 +225,19 @@ def test_static_score_of_the_matmul_spec():
     assert {s[1] for s in tn.scores(spec, variant, case, assign, configs, None)} == {0.0}
     plain = spec.variants["interpret"]
     assert {s[0] for s in tn.scores(spec, plain, case, assign, tn.space(plain), None)} == {False}
+
+
+def test_configs_that_change_the_references_params_are_checked_against_their_own_reference(tmp_path):
+    """layer_norm_dparams writes one partial-sum row per block of bm rows, and its reference
+    takes bm too: each config is compared with the reference at its own bm (on the H200 the
+    configs other than the default's bm were rejected with a shape mismatch)."""
+    from codegen import worker
+    from codegen.verify import Task
+
+    spec_path = ROOT / "specs" / "layer_norm_dparams.yaml"
+    spec = pipeline.compile_spec(spec_path).spec
+    assign = next(a for a in checks.dtype_assignments(spec, spec.cases[0]) if a["x"] == "float32")
+    task = Task(str(spec_path), spec.name, "interpret", "square", 0, tuple(assign.items()), "float32", 7, "tune",
+                str(ROOT / "generated"), samples=3, configs=((("bm", 4),), (("bm", 16),), (("bm", 8),)))
+    rows = list(worker.tune_task(task))
+    assert [(r["params"], r["status"]) for r in rows] == [({"bm": 4}, "pass"), ({"bm": 16}, "pass"), ({"bm": 8}, "pass")]
