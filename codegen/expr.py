@@ -108,7 +108,7 @@ class IndexMap:
 def parse_expr(value: Any, *, subscripts: bool = False) -> Expr:
     """An int/bool/float literal from YAML, or an expression string."""
     if isinstance(value, bool) or isinstance(value, (int, float)):
-        tree = ast.Constant(value)
+        tree = ast.Constant(value, lineno=1, col_offset=0, end_lineno=1, end_col_offset=len(repr(value)))
         return Expr(repr(value), tree, frozenset())
     if not isinstance(value, str):
         raise ExprError("E300", f"expected an expression, got {type(value).__name__}")

@@ -136,6 +136,15 @@ def test_evaluation_errors(source, code, message):
     assert (info.value.code, info.value.message) == (code, message)
 
 
+def test_a_huge_yaml_int_is_a_located_error_not_a_crash():
+    """`grid: {b: 1180591620717411303424}` (found by tests/test_fuzz.py): a literal from YAML is
+    bounded like any expression, at column 0 of its value."""
+    with pytest.raises(ExprError) as info:
+        parse_expr(1180591620717411303424).eval(ENV)
+    assert (info.value.code, info.value.message, info.value.col) == ("E303", "`1180591620717411303424` is too large", 0)
+    assert parse_expr(1 << 40).eval(ENV) == 1 << 40
+
+
 def test_render_spells_cdiv_for_generated_code():
     assert parse_expr("cdiv(M, bm)").render() == "pl.cdiv(M, bm)"
     assert parse_expr("max(cdiv(M, bm), 1) * bn").render() == "max(pl.cdiv(M, bm), 1) * bn"
