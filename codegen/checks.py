@@ -14,13 +14,14 @@ import itertools
 import keyword
 import sys
 import textwrap
+from collections.abc import Mapping
 from typing import Any
 
 from . import dtypes as dt
 from . import mesh as _mesh
 from .backends import BACKENDS
 from .diagnostics import Diagnostic, did_you_mean
-from .expr import Expr, ExprError, NotEvaluable, Slice
+from .expr import Expr, ExprError, IndexMap, NotEvaluable, Slice
 from .model import BLOCKED, BOUNDED, ELEMENT, SQUEEZED, Case, Code, KernelSpec, Variant
 
 # Names the generated modules use; spec names may not shadow them.
@@ -89,7 +90,46 @@ def check(spec: KernelSpec) -> list[Diagnostic]:
         from . import sharding
 
         diags += sharding.check(spec, per_case=not any(d.severity == "error" for d in diags))
+    for variant in spec.variants.values():
+        diags += _unread_params(spec, variant)
     return _unique(diags)
+
+
+def _reads(obj) -> set:
+    """Every name that the expressions, index maps and code inside `obj` read (parsed, never run)."""
+    if isinstance(obj, (Expr, IndexMap)):
+        return set(obj.names)
+    if isinstance(obj, Code):
+        try:
+            return {n.id for n in ast.walk(ast.parse(obj.source)) if isinstance(n, ast.Name)}
+        except SyntaxError:  # reported by _code
+            return set()
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return set().union(*(_reads(getattr(obj, f.name)) for f in dataclasses.fields(obj)))
+    if isinstance(obj, Mapping):
+        return set().union(*(_reads(v) for v in obj.values()))
+    if isinstance(obj, (list, tuple)):
+        return set().union(*(_reads(v) for v in obj))
+    return set()
+
+
+def _unread_params(spec: KernelSpec, v: Variant) -> list:
+    """W901: a param with several choices that nothing in this backend's kernel reads: `kspec tune`
+    would compile and time the same kernel once per choice (e.g. a top-level block size that a
+    backend's own grid and blocks replace)."""
+    read = _reads(v) | _reads((spec.inputs, spec.outputs, spec.constraints, spec.cost, spec.reference, spec.vjp))
+    return [
+        Diagnostic(
+            "W901",
+            f"{v.backend}: param `{p.name}` has choices {list(p.choices)}, but nothing in the {v.backend} kernel reads it",
+            p.loc,
+            f"kspec tune would time the same kernel once per choice: declare `{p.name}` under "
+            "backends.<name>.params of the backends that read it, or drop its choices",
+            severity="warning",
+        )
+        for p in v.params
+        if p.choices and len(set(p.choices)) > 1 and p.name not in read
+    ]
 
 
 def _unique(diags: list) -> list:

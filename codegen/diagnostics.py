@@ -91,6 +91,7 @@ CODES: dict[str, str] = {
     "E806": "per-shard problem breaks a block, grid or backend rule",
     "E807": "more than one mesh axis sized by the device count",
     "W900": "stale tuning entries",
+    "W901": "tunable param that a backend's kernel never reads",
 }
 
 

@@ -286,7 +286,7 @@ ERRORS = sorted(c for c in CODES if c.startswith("E"))
 def test_every_code_has_a_case():
     assert sorted(SPECS) == ERRORS, "give every error code in CODES a bad spec in SPECS"
     assert sorted(EXPECTED) == ERRORS, "pin every code's text in EXPECTED"
-    assert [c for c in CODES if not c.startswith("E")] == ["W900"], "warnings get their own test below"
+    assert [c for c in CODES if not c.startswith("E")] == ["W900", "W901"], "warnings get their own tests below"
 
 
 def test_stale_tuning_entries_are_a_warning(kspec, write_spec, tmp_path):
@@ -304,6 +304,30 @@ def test_stale_tuning_entries_are_a_warning(kspec, write_spec, tmp_path):
         "1 spec(s) OK",
     ]
     assert r.rc == 0
+
+
+def test_a_tunable_param_no_kernel_reads_is_a_warning(kspec, write_spec):
+    """W901: the interpret backend replaces the top-level blocks, so `bs` with choices is read by no
+    kernel on it; kspec tune would time one kernel once per choice."""
+    spec = mutate(
+        VALID_SPEC,
+        ("  bs: 8\n", "  bs: {default: 8, choices: [8, 16]}\n"),
+        ("cases:", "backends:\n  interpret:\n    grid: [\"cdiv(N, 32)\"]\n    blocks:\n"
+                   "      x: {block_shape: [32], index_map: \"i -> (i,)\"}\n"
+                   "      o: {block_shape: [32], index_map: \"i -> (i,)\"}\ncases:"),
+    )
+    write_spec(spec)
+    r = kspec("check", "specs/tiny.yaml")
+    assert r.out.splitlines() == [
+        "specs/tiny.yaml:5:3: warning[W901]: interpret: param `bs` has choices [8, 16], but nothing in the "
+        "interpret kernel reads it",
+        "  = help: kspec tune would time the same kernel once per choice: declare `bs` under "
+        "backends.<name>.params of the backends that read it, or drop its choices",
+        "1 spec(s) OK",
+    ]
+    assert r.rc == 0
+    write_spec(mutate(VALID_SPEC, ("  bs: 8\n", "  bs: {default: 8, choices: [8, 16]}\n")))
+    assert kspec("check", "specs/tiny.yaml").out.splitlines() == ["1 spec(s) OK"]  # the top-level blocks read it
 
 
 @pytest.mark.parametrize("code", ERRORS)
