@@ -95,7 +95,7 @@ def assert_located(compiled: pipeline.Compiled, content: bytes) -> None:
         assert d.loc.path == str(compiled.path), d
         assert 1 <= d.loc.line <= n_lines + MAX_LINE_PAST_END and d.loc.col >= 1, d
         head = d.format().splitlines()[0]
-        assert re.match(rf"{re.escape(str(compiled.path))}:\d+:\d+: (error|warning)\[E\d{{3}}\]: \S", head), head
+        assert re.match(rf"{re.escape(str(compiled.path))}:\d+:\d+: (error\[E|warning\[W)\d{{3}}\]: \S", head), head
 
 
 def assert_renders(compiled: pipeline.Compiled, out_root: Path) -> dict:
