@@ -97,13 +97,8 @@ def check(spec: KernelSpec) -> list[Diagnostic]:
 
 def _reads(obj) -> set:
     """Every name that the expressions, index maps and code inside `obj` read (parsed, never run)."""
-    if isinstance(obj, (Expr, IndexMap)):
+    if isinstance(obj, (Expr, IndexMap, Code)):
         return set(obj.names)
-    if isinstance(obj, Code):
-        try:
-            return {n.id for n in ast.walk(ast.parse(obj.source)) if isinstance(n, ast.Name)}
-        except SyntaxError:  # reported by _code
-            return set()
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
         return set().union(*(_reads(getattr(obj, f.name)) for f in dataclasses.fields(obj)))
     if isinstance(obj, Mapping):

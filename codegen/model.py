@@ -6,6 +6,7 @@ located diagnostic, and all of them are reported together.
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 import hashlib
 from collections.abc import Mapping
@@ -27,6 +28,16 @@ class Code:
     source: str
     origin: Location
     block_indent: int | None  # literal/folded block scalars: the content's indent
+
+    @property
+    def names(self) -> frozenset:
+        """The names the code reads or binds (parsed, never run); none when it does not parse,
+        which check reports (E600)."""
+        try:
+            tree = ast.parse(self.source)
+        except SyntaxError:
+            return frozenset()
+        return frozenset(n.id for n in ast.walk(tree) if isinstance(n, ast.Name))
 
     def loc_of(self, line: int, col: int) -> Location:
         """Location of 1-based `line`, 0-based `col` within the source."""

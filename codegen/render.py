@@ -92,17 +92,10 @@ def _block_dim(block, d: int) -> str:
     return size.render()
 
 
-def _body_names(variant: Variant) -> set:
-    try:
-        return {n.id for n in ast.walk(ast.parse(variant.body.source)) if isinstance(n, ast.Name)}
-    except SyntaxError:  # checks reported it; render() only sees checked specs
-        return set()
-
-
 def _grid_indices(variant: Variant) -> dict:
     """{name: axis} of the named grid axes the body mentions: the body receives these
     indices as keyword arguments (a list grid has no names, so none)."""
-    used = _body_names(variant)
+    used = variant.body.names
     return {name: axis for axis, name in enumerate(variant.grid_names) if name in used}
 
 
@@ -297,7 +290,7 @@ class _Context:
         """A mesh kernel: plgpu.kernel or pl.kernel over a TensorCore mesh, its pipelines as
         factories the body calls, and the mesh axis indices the body mentions."""
         gpu = variant.backend == "mosaic_gpu"
-        used = _body_names(variant)
+        used = variant.body.names
         grid, cluster = variant.mesh_axes("grid"), variant.mesh_axes("cluster")
         threads, cores = variant.mesh_axes("threads"), variant.mesh_axes("cores")
         kernel_grid = []
