@@ -39,18 +39,19 @@ def _f(value, fmt: str = ".3f") -> str:
 
 
 COLUMNS = ("kernel", "backend", "case", "dtype", "ms (p10-p90)", "XLA ms", "speedup", "TFLOP/s", "GB/s",
-           "% roofline", "XLA % roofline", "compile s", "params")
+           "% roofline", "XLA % roofline", "% of copy", "compile s", "params")
 
 
 def row(r: dict) -> tuple:
     if r["status"] != "pass":
-        return (r["kernel"], r["backend"], r["case"], r["dtype"], r["status"], "", "", "", "", "", "", "",
+        return (r["kernel"], r["backend"], r["case"], r["dtype"], r["status"], "", "", "", "", "", "", "", "",
                 r["message"].splitlines()[0][:80] if r["message"] else "")
     return (
         r["kernel"], r["backend"], r["case"], r["dtype"],
         f"{r['ms']:.3f} ({r['ms_p10']:.3f}-{r['ms_p90']:.3f})",
         _f(r["ref_ms"]), f"{r['speedup']:.2f}x", _f(r["tflops"], ".1f"), _f(r["gbs"], ".0f"),
-        _f(r["roofline_pct"], ".0f"), _f(r["ref_roofline_pct"], ".0f"), _f(r["compile_s"], ".2f"),
+        _f(r["roofline_pct"], ".0f"), _f(r["ref_roofline_pct"], ".0f"), _f(r.get("copy_pct"), ".0f"),
+        _f(r["compile_s"], ".2f"),
         " ".join(f"{k}={v}" for k, v in sorted(r["params"].items())),
     )
 
@@ -65,10 +66,12 @@ def markdown(rows: list, *, meta: dict) -> str:
         f"- seed: {meta['seed']}, samples per figure: {meta['samples']}",
         f"- roofline: {meta['roofline']}",
         "",
-        "Each figure is the median per-call time over the samples (10th-90th percentile in brackets), "
-        "the kernel and its XLA reference sampled in alternation in one process after a warm-up, "
+        ("Each figure is the median per-call time over the samples (10th-90th percentile in brackets), "
+        "the kernel and its XLA reference sampled in alternation in one process after a warm-up "
+        "(with a copy of as many bytes when the kernel is memory-bound or the device has no peaks: "
+        "`% of copy` is that copy's time over the kernel's), "
         "inputs rotated across up to 8 copies (together larger than L2 where memory allows; "
-        "`input_copies` in the JSON), after a correctness check against the reference.",
+        "`input_copies` in the JSON), after a correctness check against the reference."),
         "",
         "| " + " | ".join(COLUMNS) + " |",
         "|" + "---|" * len(COLUMNS),

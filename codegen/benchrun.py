@@ -82,14 +82,16 @@ def bench(task, prep, check_outputs) -> dict:
     ]
     compiled_k, compile_k = _compile(kernel, prep.inputs)
     compiled_r, compile_r = _compile(reference, prep.inputs)
-    times = timing.sample(
-        {"kernel": timing.rotating(compiled_k, arg_sets), "reference": timing.rotating(compiled_r, arg_sets)},
-        samples=task.samples,
-    )
-    k, r = timing.stats(times["kernel"]), timing.stats(times["reference"])
     flops, trans, nbytes = work(prep, outs)
-    seconds = k["median_ms"] / 1e3
     compute = dt.least_precise(prep.dtypes[o.name] for o in prep.spec.inputs)
+    bound = _bound(peak, compute, flops, nbytes)
+    calls = {"kernel": timing.rotating(compiled_k, arg_sets), "reference": timing.rotating(compiled_r, arg_sets)}
+    if bound != "compute":  # memory-bound, or no peaks to tell: a copy of as many bytes, in the same rounds
+        calls["copy"] = _copy_call(nbytes, copies)
+    times = timing.sample(calls, samples=task.samples)
+    k, r = timing.stats(times["kernel"]), timing.stats(times["reference"])
+    seconds = k["median_ms"] / 1e3
+    copy_ms = timing.stats(times["copy"])["median_ms"] if "copy" in times else None
     figures = {
         "ms": k["median_ms"],
         "ms_p10": k["p10_ms"],
@@ -112,18 +114,49 @@ def bench(task, prep, check_outputs) -> dict:
         "device": device.device_kind,
         "roofline_pct": None,
         "ref_roofline_pct": None,
-        "bound": None,
+        "bound": bound,
+        "copy_ms": copy_ms,
+        "copy_gbs": 8 * _copy_elements(nbytes) / (copy_ms / 1e3) / 1e9 if copy_ms else None,
+        "copy_pct": 100 * copy_ms / k["median_ms"] if copy_ms else None,
+        "ref_copy_pct": 100 * copy_ms / r["median_ms"] if copy_ms else None,
         "params": prep.params,
     }
     if peak:
-        peak_flops = peak.flops_for(compute)
-        t_mem = nbytes / (peak.bandwidth_gbs * 1e9)
-        t_flop = flops / peak_flops if flops and peak_flops else 0.0
-        floor = max(t_mem, t_flop)
-        figures["bound"] = "compute" if t_flop > t_mem else "memory"
+        floor = max(_floors(peak, compute, flops, nbytes))
         figures["roofline_pct"] = 100 * floor / seconds
         figures["ref_roofline_pct"] = 100 * floor / (r["median_ms"] / 1e3)
     return dict(verdict, seconds=round(time.monotonic() - start, 3), **figures)
+
+
+def _floors(peak, compute, flops, nbytes) -> tuple:
+    """(memory, compute) seconds one call needs at the device's peaks."""
+    peak_flops = peak.flops_for(compute)
+    return nbytes / (peak.bandwidth_gbs * 1e9), (flops / peak_flops if flops and peak_flops else 0.0)
+
+
+def _bound(peak, compute, flops, nbytes):
+    """"memory" or "compute" by the roofline; None without peaks for the device."""
+    if not peak:
+        return None
+    t_mem, t_flop = _floors(peak, compute, flops, nbytes)
+    return "compute" if t_flop > t_mem else "memory"
+
+
+def _copy_elements(nbytes: int) -> int:
+    """float32 elements of a copy that reads and writes `nbytes` in all."""
+    return max(1, nbytes // 8)
+
+
+def _copy_call(nbytes: int, copies: int):
+    """XLA scaling a float32 array (read once, written once) of the kernel's bytes, rotated over
+    as many arrays as the kernel's input sets: the copy ceiling in the kernel's own rounds."""
+    import jax
+    import jax.numpy as jnp
+
+    n = _copy_elements(nbytes)
+    arrays = [[jnp.full((n,), 1.0 + c, jnp.float32)] for c in range(copies)]
+    scale = jax.jit(lambda v: v * 2.0).lower(arrays[0][0]).compile()
+    return timing.rotating(scale, arrays)
 
 
 def measure_ceilings() -> dict:
