@@ -44,13 +44,14 @@ COLUMNS = ("kernel", "backend", "case", "dtype", "ms (p10-p90)", "XLA ms", "spee
 
 def row(r: dict) -> tuple:
     if r["status"] != "pass":
-        return (r["kernel"], r["backend"], r["case"], r["dtype"], r["status"], "", "", "", "", "", "", "", "",
+        blank = ("",) * (len(COLUMNS) - 6)  # the figures' columns, between status and the message
+        return (r["kernel"], r["backend"], r["case"], r["dtype"], r["status"], *blank,
                 r["message"].splitlines()[0][:80] if r["message"] else "")
     return (
         r["kernel"], r["backend"], r["case"], r["dtype"],
         f"{r['ms']:.3f} ({r['ms_p10']:.3f}-{r['ms_p90']:.3f})",
         _f(r["ref_ms"]), f"{r['speedup']:.2f}x", _f(r["tflops"], ".1f"), _f(r["gbs"], ".0f"),
-        _f(r["roofline_pct"], ".0f"), _f(r["ref_roofline_pct"], ".0f"), _f(r.get("copy_pct"), ".0f"),
+        _f(r["roofline_pct"], ".0f"), _f(r["ref_roofline_pct"], ".0f"), _f(r["copy_pct"], ".0f"),
         _f(r["compile_s"], ".2f"),
         " ".join(f"{k}={v}" for k, v in sorted(r["params"].items())),
     )

@@ -116,7 +116,7 @@ def bench(task, prep, check_outputs) -> dict:
         "ref_roofline_pct": None,
         "bound": bound,
         "copy_ms": copy_ms,
-        "copy_gbs": 8 * _copy_elements(nbytes) / (copy_ms / 1e3) / 1e9 if copy_ms else None,
+        "copy_gbs": _copy_gbs(_copy_elements(nbytes), copy_ms / 1e3) if copy_ms else None,
         "copy_pct": 100 * copy_ms / k["median_ms"] if copy_ms else None,
         "ref_copy_pct": 100 * copy_ms / r["median_ms"] if copy_ms else None,
         "params": prep.params,
@@ -142,21 +142,31 @@ def _bound(peak, compute, flops, nbytes):
     return "compute" if t_flop > t_mem else "memory"
 
 
+def _scale():
+    """The copy that both ceilings time: XLA scaling a float32 array, each element read once and
+    written once (8 bytes moved per element)."""
+    import jax
+
+    return jax.jit(lambda v: v * 2.0)
+
+
+def _copy_gbs(elements: int, seconds: float) -> float:
+    return 8 * elements / seconds / 1e9
+
+
 def _copy_elements(nbytes: int) -> int:
     """float32 elements of a copy that reads and writes `nbytes` in all."""
     return max(1, nbytes // 8)
 
 
 def _copy_call(nbytes: int, copies: int):
-    """XLA scaling a float32 array (read once, written once) of the kernel's bytes, rotated over
-    as many arrays as the kernel's input sets: the copy ceiling in the kernel's own rounds."""
-    import jax
+    """The copy of the kernel's bytes, rotated over as many arrays as the kernel's input sets:
+    the copy ceiling in the kernel's own rounds."""
     import jax.numpy as jnp
 
     n = _copy_elements(nbytes)
     arrays = [[jnp.full((n,), 1.0 + c, jnp.float32)] for c in range(copies)]
-    scale = jax.jit(lambda v: v * 2.0).lower(arrays[0][0]).compile()
-    return timing.rotating(scale, arrays)
+    return timing.rotating(_scale().lower(arrays[0][0]).compile(), arrays)
 
 
 def measure_ceilings() -> dict:
@@ -169,12 +179,12 @@ def measure_ceilings() -> dict:
     x = jnp.ones((n,), jnp.float32)
     m = 1024 if on_cpu else 8192
     a = jnp.ones((m, m), jnp.bfloat16)
-    scale = jax.jit(lambda v: v * 2.0)
+    scale = _scale()
     dot = jax.jit(lambda p, q: jnp.dot(p, q, preferred_element_type=jnp.float32).astype(jnp.bfloat16))
     times = timing.sample({"copy": lambda: scale(x), "matmul": lambda: dot(a, a)}, samples=15, warm_s=2.0)
     copy_s = timing.stats(times["copy"])["median_ms"] / 1e3
     mm_s = timing.stats(times["matmul"])["median_ms"] / 1e3
-    return {"bandwidth_gbs": 2 * n * 4 / copy_s / 1e9, "tflops_bf16": 2 * m**3 / mm_s / 1e12}
+    return {"bandwidth_gbs": _copy_gbs(n, copy_s), "tflops_bf16": 2 * m**3 / mm_s / 1e12}
 
 
 def tune(task, prep, check_outputs, describe):

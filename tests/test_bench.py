@@ -48,3 +48,14 @@ def test_roofline_bound_decides_whether_a_copy_is_timed_alongside():
     assert benchrun._bound(h200, "float32", *norm) == "memory"
     assert benchrun._bound(h200, "float32", None, 1 << 20) == "memory"
     assert benchrun._bound(None, "float32", *norm) is None
+
+
+def test_untimed_row_keeps_the_columns_and_shows_why():
+    from codegen import bench
+
+    r = {"kernel": "add", "backend": "triton", "case": "small", "dtype": "float32", "status": "fail",
+         "message": "not timed, wrong result: 3 of 8 elements differ\nmore"}
+    line = bench.row(r)
+    assert len(line) == len(bench.COLUMNS)
+    assert line[4] == "fail" and line[-1] == "not timed, wrong result: 3 of 8 elements differ"
+    assert set(line[5:-1]) == {""}
