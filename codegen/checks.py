@@ -212,8 +212,8 @@ def _dtypes(spec: KernelSpec) -> list:
     for s in (s for v in spec.variants.values() for s in v.scratch if s.kind == "array"):
         if s.dtype is None:
             out.append(Diagnostic("E202", f"scratch {s.name}: an array buffer needs a dtype", s.loc))
-        elif s.dtype not in dt.DTYPES:
-            hint = did_you_mean(s.dtype, dt.DTYPES)
+        elif s.dtype not in dt.DTYPES and s.dtype not in inputs:  # `dtype: x` follows input x
+            hint = did_you_mean(s.dtype, list(dt.DTYPES) + sorted(inputs))
             out.append(Diagnostic("E401", f"scratch {s.name}: unknown dtype `{s.dtype}`", s.loc, hint))
     return out
 

@@ -438,9 +438,13 @@ class _Context:
             return f"plgpu.ACC({shape}, {jnp_dtype(s.dtype or 'float32')})"
         if variant.backend == "mosaic_gpu":
             layout = _gpu_layout(s)
-            return f"plgpu.SMEM({shape}, {jnp_dtype(s.dtype)}{', ' + layout if layout else ''})"
+            return f"plgpu.SMEM({shape}, {self._scratch_dtype(s)}{', ' + layout if layout else ''})"
         space = "SMEM" if s.memory_space == "smem" else "VMEM"
-        return f"pltpu.{space}({shape}, {jnp_dtype(s.dtype)})"
+        return f"pltpu.{space}({shape}, {self._scratch_dtype(s)})"
+
+    def _scratch_dtype(self, s) -> str:
+        """A dtype name, or an input's name: that input's dtype at call time (`x.dtype`)."""
+        return f"{s.dtype}.dtype" if s.dtype in {o.name for o in self.spec.inputs} else jnp_dtype(s.dtype)
 
     def _compiler_params(self, variant: Variant) -> str | None:
         return self._params_call(variant.backend, variant.compiler_params)

@@ -236,6 +236,25 @@ def test_scratch_kinds_render_for_their_backends(tmp_path):
         assert line in src
 
 
+
+def test_scratch_dtype_may_follow_an_input(tmp_path):
+    """`dtype: x` allocates the buffer in x's dtype at call time; the shared-memory estimate
+    counts that dtype's bytes for each case."""
+    spec = VALID_SPEC.replace("x: {shape: [N], dtype: float32}", "x: {shape: [N], dtype: [float32, bfloat16]}")
+    gpu = spec + "backends:\n  mosaic_gpu:\n    scratch:\n      m: {shape: [8], dtype: x}\n"
+    assert "plgpu.SMEM((8,), x.dtype)" in rendered(tmp_path, gpu, "mosaic_gpu")
+    tpu = spec + "backends:\n  mosaic_tpu:\n    params: {bs: 64}\n    scratch:\n      v: {shape: [8, 128], dtype: x}\n"
+    assert "pltpu.VMEM((8, 128), x.dtype)" in rendered(tmp_path, tpu, "mosaic_tpu")
+    # 80000 float32 elements (313 KiB) are over Hopper's 227 KiB; as bfloat16 (156 KiB) they fit.
+    big = spec + "backends:\n  mosaic_gpu:\n    scratch:\n      m: {shape: [80000], dtype: x}\n"
+    over = ("E721: case `c` (mosaic_gpu): shared memory estimate 314 KiB (blocks x 1 steps 0 KiB + scratch) "
+            "exceeds 227 KiB per block on Hopper")
+    assert messages(tmp_path, big.replace("{name: c, N: 64}", "{name: c, N: 64, dtype: float32}")) == [over]
+    assert messages(tmp_path, big.replace("{name: c, N: 64}", "{name: c, N: 64, dtype: bfloat16}")) == []
+    unknown = spec + "backends:\n  mosaic_gpu:\n    scratch:\n      m: {shape: [8], dtype: xx}\n"
+    assert messages(tmp_path, unknown) == ["E401: scratch m: unknown dtype `xx`"]
+    assert [d.hint for d in compiled(tmp_path, unknown).diagnostics] == ["did you mean `x`?"]
+
 # -- aliasing and pallas_call options -----------------------------------------------------
 
 
