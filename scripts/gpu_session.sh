@@ -22,7 +22,8 @@ kspec() { python3 -c "import cli; cli.run()" "$@"; }
 # (layer_norm and softmax bring their backward kernels: kspec tune takes a spec's vjp specs along.)
 TUNE_CASES="matmul:b8192 matmul_bias_gelu:b8192 matmul_persistent:b8192 matmul_bias_gelu_persistent:b8192
   flash_attention:full flash_attention:causal softmax:b8192 layer_norm:b16Kx8192 layer_norm:b8192
-  rms_norm:b16Kx8192 rms_norm:b8192 add:b1GiB add_1d:b1GiB"
+  rms_norm:b16Kx8192 rms_norm:b8192 layer_norm_tma:b16Kx8192 layer_norm_tma:b8192 rms_norm_tma:b16Kx8192
+  rms_norm_tma:b8192 softmax_tma:b8192 softmax_tma:b4096 add:b1GiB add_1d:b1GiB"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv | tee "$OUT/gpu.txt"
 python3 -c "import jax; print('jax', jax.__version__, jax.devices())" | tee -a "$OUT/gpu.txt"
 for step in ${*:-verify tune}; do
