@@ -81,8 +81,12 @@ def markdown(rows: list, *, meta: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+PLOT_COLUMNS = 4  # panels per row of the plot; a library of two dozen kernels wraps onto rows
+
+
 def plot(rows: list, path: str) -> None:
-    """Throughput against problem size, one line per kernel x backend, XLA dashed."""
+    """Throughput against problem size, one panel per kernel (PLOT_COLUMNS to a row), one
+    line per backend, XLA dashed; memory-bound kernels in GB/s with the copy timed alongside them dotted."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -90,10 +94,15 @@ def plot(rows: list, path: str) -> None:
 
     done = [r for r in rows if r["status"] == "pass"]
     kernels = sorted({r["kernel"] for r in done})
-    fig, axes = plt.subplots(1, max(len(kernels), 1), figsize=(5 * max(len(kernels), 1), 4), squeeze=False)
-    for ax, kernel in zip(axes[0], kernels):
+    cols = min(PLOT_COLUMNS, max(len(kernels), 1))
+    grid_rows = max(-(-len(kernels) // cols), 1)
+    fig, axes = plt.subplots(grid_rows, cols, figsize=(5 * cols, 4 * grid_rows), squeeze=False)
+    for ax in axes.flat[len(kernels):]:
+        ax.set_visible(False)
+    for ax, kernel in zip(axes.flat, kernels):
         mine = [r for r in done if r["kernel"] == kernel]
-        use_flops = all(r["tflops"] for r in mine)
+        # Memory-bound kernels (by the roofline) in GB/s, against the copy timed in their rounds.
+        use_flops = all(r["tflops"] for r in mine) and all(r.get("bound") != "memory" for r in mine)
         key, ref_key, unit = ("tflops", "ref_tflops", "TFLOP/s") if use_flops else ("gbs", "ref_gbs", "GB/s")
         for backend in sorted({r["backend"] for r in mine}):
             pts = sorted((r["bytes"] if not use_flops else r["flops"], r[key], r[ref_key])
@@ -101,6 +110,14 @@ def plot(rows: list, path: str) -> None:
             ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=backend)
         refs = sorted({(r["bytes"] if not use_flops else r["flops"], r[ref_key]) for r in mine})
         ax.plot([p[0] for p in refs], [p[1] for p in refs], "k--", marker="x", label="XLA reference")
+        copies = {}
+        for r in mine:
+            if not use_flops and r.get("copy_gbs"):
+                copies.setdefault(r["bytes"], []).append(r["copy_gbs"])
+        if copies:
+            sizes = sorted(copies)
+            ax.plot(sizes, [sum(copies[b]) / len(copies[b]) for b in sizes], ":", color="0.5", marker=".",
+                    label="copy, same rounds")
         ax.set_xscale("log")
         ax.set_title(kernel)
         ax.set_xlabel("FLOPs per call" if use_flops else "bytes per call")
