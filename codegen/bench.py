@@ -110,9 +110,9 @@ def plot(rows: list, path: str) -> None:
             ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=backend)
         refs = sorted({(r["bytes"] if not use_flops else r["flops"], r[ref_key]) for r in mine})
         ax.plot([p[0] for p in refs], [p[1] for p in refs], "k--", marker="x", label="XLA reference")
-        copies = {}
-        for r in mine:
-            if not use_flops and r.get("copy_gbs"):
+        copies = {}  # bytes per call -> the copies' GB/s (one per backend's row)
+        for r in ([] if use_flops else mine):
+            if r.get("copy_gbs"):
                 copies.setdefault(r["bytes"], []).append(r["copy_gbs"])
         if copies:
             sizes = sorted(copies)

@@ -56,9 +56,7 @@ def bench(task, prep, check_outputs) -> dict:
     import jax
 
     start = time.monotonic()
-    from .worker import with_params
-
-    prep = with_params(prep, tuned_params(task, prep))
+    prep = prep.with_params(tuned_params(task, prep))
     kernel = functools.partial(prep.fn, **prep.params)
     reference = functools.partial(prep.ref_fn, **prep.ref_params)
     outs = jax.block_until_ready(kernel(*prep.inputs))
@@ -194,7 +192,6 @@ def tune(task, prep, check_outputs, describe):
     import jax
 
     from .tune import COMPILE_THREADS
-    from .worker import with_params
 
     configs = [dict(c) for c in task.configs]
     refs = {}  # the reference's outputs per value of the params it takes
@@ -211,7 +208,7 @@ def tune(task, prep, check_outputs, describe):
             try:
                 compiled, compile_s = future.result()
                 outs = jax.block_until_ready(compiled(*prep.inputs))
-                mine = with_params(prep, dict(prep.params, **cfg))
+                mine = prep.with_params(dict(prep.params, **cfg))
                 key = tuple(sorted(mine.ref_params.items()))
                 mine.refs = mine.refs or refs.get(key)
                 verdict = check_outputs(task, mine, outs, 0.0)

@@ -21,7 +21,8 @@ from pathlib import Path
 
 import numpy as np
 
-from . import checks, dtypes as dt, multicore, pipeline
+from . import checks, multicore, pipeline
+from . import dtypes as dt
 from .compare import compare_all
 from .verify import Task, result
 
@@ -165,6 +166,14 @@ class Prepared:
     inputs: list
     refs: tuple | None = None  # the reference's outputs, once computed (tune checks many configs)
 
+    def with_params(self, params: dict) -> Prepared:
+        """The task under other kernel params (a tuned config). The reference takes the same
+        values of the params it shares with the kernel, so its outputs are recomputed when one of
+        them changes (layer_norm_dparams: one partial-sum row per block of bm rows)."""
+        ref_params = {k: params.get(k, v) for k, v in self.ref_params.items()}
+        refs = self.refs if ref_params == self.ref_params else None
+        return dataclasses.replace(self, params=params, ref_params=ref_params, refs=refs)
+
 
 def _prepare(task: Task) -> Prepared:
     compiled = _spec(task.spec_path)
@@ -294,15 +303,6 @@ def _run_sharded(task: Task, prep: Prepared, start: float) -> dict:
         kwargs["interpret"] = pltpu.InterpretParams(out_of_bounds_reads="raise", uninitialized_memory="nan")
     outs = jax.block_until_ready(getattr(module, f"{task.kernel}_sharded")(*prep.inputs, **kwargs))
     return check_outputs(task, prep, outs, round(time.monotonic() - start, 3))
-
-
-def with_params(prep: Prepared, params: dict) -> Prepared:
-    """The task under other kernel params (a tuned config). The reference takes the same
-    values of the params it shares with the kernel, so its outputs are recomputed when one of
-    them changes (layer_norm_dparams: one partial-sum row per block of bm rows)."""
-    ref_params = {k: params.get(k, v) for k, v in prep.ref_params.items()}
-    refs = prep.refs if ref_params == prep.ref_params else None
-    return dataclasses.replace(prep, params=params, ref_params=ref_params, refs=refs)
 
 
 def reference_outputs(prep: Prepared) -> tuple:
