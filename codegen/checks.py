@@ -209,9 +209,10 @@ def _dtypes(spec: KernelSpec) -> list:
                 continue
             hint = did_you_mean(name, list(dt.DTYPES) + sorted(inputs))
             out.append(Diagnostic("E401", f"{op.name}: unknown dtype `{name}`", op.dtype_loc, hint))
-    for s in (s for v in spec.variants.values() for s in v.scratch if s.kind == "array"):
+    for s in (s for v in spec.variants.values() for s in v.scratch if s.kind in ("array", "accumulator")):
         if s.dtype is None:
-            out.append(Diagnostic("E202", f"scratch {s.name}: an array buffer needs a dtype", s.loc))
+            if s.kind == "array":  # an accumulator is float32 unless it says otherwise
+                out.append(Diagnostic("E202", f"scratch {s.name}: an array buffer needs a dtype", s.loc))
         elif s.dtype not in dt.DTYPES and s.dtype not in inputs:  # `dtype: x` follows input x
             hint = did_you_mean(s.dtype, list(dt.DTYPES) + sorted(inputs))
             out.append(Diagnostic("E401", f"scratch {s.name}: unknown dtype `{s.dtype}`", s.loc, hint))

@@ -435,7 +435,7 @@ class _Context:
             count = s.shape[0].render() if s.shape else "1"
             return f"plgpu.Barrier(num_arrivals={s.num_arrivals}, num_barriers={count})"
         if s.kind == "accumulator":
-            return f"plgpu.ACC({shape}, {jnp_dtype(s.dtype or 'float32')})"
+            return f"plgpu.ACC({shape}, {self._scratch_dtype(s) if s.dtype else 'jnp.float32'})"
         if variant.backend == "mosaic_gpu":
             layout = _gpu_layout(s)
             return f"plgpu.SMEM({shape}, {self._scratch_dtype(s)}{', ' + layout if layout else ''})"

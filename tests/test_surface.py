@@ -254,6 +254,10 @@ def test_scratch_dtype_may_follow_an_input(tmp_path):
     unknown = spec + "backends:\n  mosaic_gpu:\n    scratch:\n      m: {shape: [8], dtype: xx}\n"
     assert messages(tmp_path, unknown) == ["E401: scratch m: unknown dtype `xx`"]
     assert [d.hint for d in compiled(tmp_path, unknown).diagnostics] == ["did you mean `x`?"]
+    # An accumulator's dtype is checked the same way (float32 when it gives none).
+    acc = spec + "backends:\n  mosaic_gpu:\n    scratch:\n      a: {shape: [64, 64], kind: accumulator, dtype: float31}\n"
+    assert messages(tmp_path, acc) == ["E401: scratch a: unknown dtype `float31`"]
+    assert "plgpu.ACC((64, 64), x.dtype)" in rendered(tmp_path, acc.replace("float31", "x"), "mosaic_gpu")
 
 # -- aliasing and pallas_call options -----------------------------------------------------
 
