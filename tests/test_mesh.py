@@ -57,6 +57,9 @@ def test_persistent_mosaic_gpu_matmul_lowers_for_cuda_on_a_cpu():
     assert "mosaic_gpu" in text
 
 
+# The row-streaming kernels' (1, N) row inputs after x: gamma and beta, gamma, none.
+ROW_INPUTS = {"layer_norm_tma": 2, "rms_norm_tma": 1, "softmax_tma": 0}
+
 
 def _gpu_interpret():
     """Mosaic GPU interpret mode (jax's simulation of CTAs, shared memory, barriers and TMA on
@@ -80,7 +83,7 @@ def test_row_streaming_kernels_match_reference_in_mosaic_gpu_interpret_mode(name
     keys = jax.random.split(jax.random.key(3), 3)
     x = jax.random.normal(keys[0], (M, N), jnp.float32).astype(dtype)
     affine = [jax.random.normal(k, (1, N), jnp.float32).astype(dtype) for k in keys[1:]]
-    args = (x, *affine[: {"layer_norm_tma": 2, "rms_norm_tma": 1, "softmax_tma": 0}[name]])
+    args = (x, *affine[: ROW_INPUTS[name]])
     with _gpu_interpret():
         got = getattr(module, name)(*args, **params)
     want = getattr(reference, f"{name}_reference")(*args)
@@ -89,34 +92,34 @@ def test_row_streaming_kernels_match_reference_in_mosaic_gpu_interpret_mode(name
     np.testing.assert_allclose(np.asarray(got, np.float32), np.asarray(want, np.float32), rtol=tol, atol=tol)
 
 
-@pytest.mark.parametrize("name, inputs", [("layer_norm_tma", 3), ("softmax_tma", 1)])
-def test_row_streaming_kernels_differentiate_through_the_backward_specs(name, inputs):
+@pytest.mark.parametrize("name", ["layer_norm_tma", "softmax_tma"])
+def test_row_streaming_kernels_differentiate_through_the_backward_specs(name):
     """jax.vjp of layer_norm_tma / softmax_tma runs layer_norm's / softmax's backward kernels (on a
     GPU their Triton forms; here, without one, their interpret forms) after the forward kernel,
     which runs in Mosaic GPU interpret mode; the gradients match the reference's."""
     vjp = importlib.import_module(f"generated.{name}._vjp")
     reference = getattr(importlib.import_module(f"generated.{name}.reference"), f"{name}_reference")
     keys = jax.random.split(jax.random.key(5), 4)
-    args = [jax.random.normal(keys[0], (300, 256))] + [jax.random.normal(k, (1, 256)) for k in keys[1:inputs]]
+    args = [jax.random.normal(keys[0], (300, 256))] + [jax.random.normal(k, (1, 256)) for k in keys[1:1 + ROW_INPUTS[name]]]
     cotangent = jax.random.normal(keys[3], (300, 256))
     with _gpu_interpret():
         _, pullback = jax.vjp(vjp.differentiable("mosaic_gpu"), *args)
     got = pullback(cotangent)  # traced outside the GPU interpreter: the backward kernels are pallas_calls
     want = jax.vjp(reference, *args)[1](cotangent)
-    assert len(got) == inputs
+    assert len(got) == 1 + ROW_INPUTS[name]
     for g, w in zip(got, want):
         np.testing.assert_allclose(np.asarray(g), np.asarray(w), rtol=1e-4, atol=1e-4)
 
 
-@pytest.mark.parametrize("name", ["layer_norm_tma", "rms_norm_tma", "softmax_tma"])
+@pytest.mark.parametrize("name", sorted(ROW_INPUTS))
 def test_row_streaming_kernels_lower_for_cuda_with_bulk_copies(name):
     """Rows of 8192 float32 lower: whole contiguous rows go by TMA bulk copy, which has no
     256-element box limit (a tiled TMA copy of the same row would not lower)."""
     module = importlib.import_module(f"generated.{name}.mosaic_gpu")
-    rows = {"layer_norm_tma": 2, "rms_norm_tma": 1, "softmax_tma": 0}[name]  # gamma, beta
-    shapes = [jax.ShapeDtypeStruct((16384, 8192), jnp.float32)] + [jax.ShapeDtypeStruct((1, 8192), jnp.float32)] * rows
+    shapes = [jax.ShapeDtypeStruct((16384, 8192), jnp.float32)] + [jax.ShapeDtypeStruct((1, 8192), jnp.float32)] * ROW_INPUTS[name]
     text = jax.jit(getattr(module, name)).trace(*shapes).lower(lowering_platforms=("cuda",)).as_text()
     assert "mosaic_gpu" in text
+
 
 def test_fused_persistent_matmul_lowers_for_cuda_on_a_cpu():
     """matmul_bias_gelu_persistent: the bias TMA, its barrier and the GELU (approx_math) lower."""
