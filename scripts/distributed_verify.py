@@ -55,11 +55,12 @@ def worker(process_id: int, args) -> int:
     want = np.asarray(getattr(package, f"{args.kernel}_reference")(*whole))
     worst = max(float(np.max(np.abs(np.asarray(s.data) - want[s.index]))) for s in out.addressable_shards)
     ok = worst <= 1e-3 * max(1.0, float(np.max(np.abs(want))))
-    print(
-        f"process {process_id}/{jax.process_count()}: {jax.local_device_count()} local of {jax.device_count()} "
-        f"devices, mesh {dict(mesh.shape)}, {args.kernel}: max abs err {worst:.2e} {'pass' if ok else 'FAIL'}",
-        flush=True,
-    )
+    line = (f"process {process_id}/{jax.process_count()}: {jax.local_device_count()} local of {jax.device_count()} "
+            f"devices, mesh {dict(mesh.shape)}, {args.kernel}: max abs err {worst:.2e} {'pass' if ok else 'FAIL'}\n")
+    # One write of the whole line: the processes share the parent's stdout pipe, and print() writes
+    # the text and its newline separately, so two lines could interleave ("...passprocess 1/2...").
+    sys.stdout.write(line)
+    sys.stdout.flush()
     jax.distributed.shutdown()
     return 0 if ok else 1
 
