@@ -5,6 +5,9 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import jax
@@ -121,6 +124,57 @@ def test_row_streaming_kernels_lower_for_cuda_with_bulk_copies(name):
     assert "mosaic_gpu" in text
 
 
+# Runs generated/mm_flow (the spec below) in Mosaic GPU interpret mode and prints the largest error.
+FLOW_SCRIPT = """
+import jax, jax.numpy as jnp, numpy as np
+from jax._src.pallas.mosaic_gpu.interpret import params
+from generated.mm_flow.mosaic_gpu import mm_flow
+a = jax.random.normal(jax.random.key(4), (512, 512), jnp.float32).astype(jnp.bfloat16)
+b = jax.random.normal(jax.random.key(5), (512, 512), jnp.float32).astype(jnp.bfloat16)
+want = np.asarray(jnp.dot(a, b, preferred_element_type=jnp.float32))
+# 8 tiles on 3 CTAs: 3, 3 and 2 tiles (START, STEADY, STOP); on 5 CTAs three have one tile.
+for ctas, steps in ((3, 4), (5, 2)):
+    with params.force_gpu_interpret_mode(params.InterpretGPUParams()):
+        got = mm_flow(a, b, ctas=ctas, steps=steps)
+    print(ctas, steps, float(np.max(np.abs(np.asarray(got, np.float32) - want))))
+"""
+
+
+def test_persistent_matmul_pipeline_flows_from_tile_to_tile_in_mosaic_gpu_interpret_mode(tmp_path):
+    """matmul_persistent's tile loop runs on the CPU in Mosaic GPU interpret mode: the pipeline
+    flows from tile to tile (pipeline_state START, STEADY, STOP), each step's buffers are released
+    one step late through the consumed barriers, and a CTA with one tile runs a pipeline of its
+    own. The interpreter has no clusters, so here one CTA takes both row tiles of a cluster tile
+    in turn and B is not multicast. A release too few or too many leaves a barrier waiting
+    forever: the kernel runs in a subprocess, so that fails this test instead of hanging it."""
+    pytest.importorskip("jax._src.pallas.mosaic_gpu.interpret.params")
+    text = mutate(
+        (REPO / "specs" / "matmul_persistent.yaml").read_text(),
+        ("name: matmul_persistent", "name: mm_flow"),
+        ("params:\n", "params:\n  ctas: {default: 3}\n"),
+        ("  cluster: {cta: 2}\n", ""),
+        ('grid: {sm: "2 * cdiv(M // (2 * tm) * (N // (2 * tn)), cdiv(M // (2 * tm) * (N // (2 * tn)), num_sms // 2))"}',
+         "grid: {sm: ctas}"),
+        (", collective_axes: [cta]", ""),
+        ("@plgpu.nd_loop((m_tiles * n_tiles,), ", "@plgpu.nd_loop((m_tiles * n_tiles * 2,), "),
+        ("(t,) = info.index", "(t2,) = info.index\n          t, cta = t2 // 2, t2 % 2"),
+    )
+    (tmp_path / "specs").mkdir()
+    (tmp_path / "specs" / "mm_flow.yaml").write_text(text)
+    r = run_kspec("generate", cwd=tmp_path)
+    assert r.rc == 0, r.both
+    env = dict(os.environ, PYTHONPATH=f"{tmp_path}{os.pathsep}{REPO}")
+    try:
+        proc = subprocess.run([sys.executable, "-c", FLOW_SCRIPT], cwd=tmp_path, env=env, capture_output=True,
+                              text=True, timeout=120)
+    except subprocess.TimeoutExpired:
+        pytest.fail("mm_flow did not finish in 120 s: its barriers see more or fewer arrivals than waits")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    errors = [line.split() for line in proc.stdout.splitlines()]
+    assert [(ctas, steps) for ctas, steps, _ in errors] == [("3", "4"), ("5", "2")]
+    assert all(float(err) <= 0.5 for *_, err in errors), errors  # bf16 rounding of sums around +-60
+
+
 def test_fused_persistent_matmul_lowers_for_cuda_on_a_cpu():
     """matmul_bias_gelu_persistent: the bias TMA, its barrier and the GELU (approx_math) lower."""
     module = importlib.import_module("generated.matmul_bias_gelu_persistent.mosaic_gpu")
@@ -137,11 +191,12 @@ def test_generated_mesh_modules_spell_the_mesh_and_pipelines():
     gpu = (REPO / "generated" / "matmul_persistent" / "mosaic_gpu.py").read_text()
     for line in (
         "return plgpu.emit_pipeline_warp_specialized(",
-        "grid=((num_sms) // (2),),",
+        "grid=((2 * pl.cdiv(M // (2 * tm) * (N // (2 * tn)), pl.cdiv(M // (2 * tm) * (N // (2 * tn)), num_sms // 2))) // (2),),",
         'grid_names=("sm",),',
         "cluster=(2,),",
         'cluster_names=("cta",),',
-        "delay_release=1, collective_axes=('cta',)),",
+        "plgpu.SwizzleTransform(128)), collective_axes=('cta',)),",
+        "pipeline_state=state, **manual)(",
         "num_threads=3,",
         'thread_name="wg",',
         "max_concurrent_steps=steps,",
@@ -167,14 +222,20 @@ def test_tune_prunes_mesh_configs_over_the_shared_memory_budget():
     variant = spec.variants["mosaic_gpu"]
     case = spec.bench[0]
     dtypes = {"a": "bfloat16", "b": "bfloat16", "o": "bfloat16"}
-    kept, pruned = tune.prune(spec, variant, case, dtypes, [{"tm": 128, "tn": 128, "steps": 4}, {"tm": 128, "tn": 128, "steps": 5}])
+    configs = [{"tm": 128, "tn": 128, "steps": s} for s in (4, 8, 3)]
+    kept, pruned = tune.prune(spec, variant, case, dtypes, configs)
     assert kept == [{"tm": 128, "tn": 128, "steps": 4}]
     assert pruned == [
         (
-            {"tm": 128, "tn": 128, "steps": 5},
-            ("E721: case `b8192` (mosaic_gpu): shared memory estimate 272 KiB (pipeline blocks x buffers 240 KiB "
+            {"tm": 128, "tn": 128, "steps": 8},
+            ("E721: case `b8192` (mosaic_gpu): shared memory estimate 416 KiB (pipeline blocks x buffers 384 KiB "
             "+ scratch) exceeds 227 KiB per block on Hopper"),
-        )
+        ),
+        (
+            {"tm": 128, "tn": 128, "steps": 3},  # 128 K steps do not divide into 3 buffers
+            ("E501: case `b8192` (K=8192, steps=3, tk=64): the K steps must be a multiple of the pipeline's buffers, "
+             "so that one tile's pipeline flows into the next"),
+        ),
     ]
 
 
@@ -226,9 +287,15 @@ def test_mesh_instance_evaluates_mesh_and_pipelines():
     spec = _spec("matmul_persistent")
     inst, diags = checks.instantiate(spec, spec.variants["mosaic_gpu"], spec.bench[0], {"a": "bfloat16", "b": "bfloat16", "o": "bfloat16"})
     assert diags == []
-    assert inst.mesh == {"sm": 132, "cta": 2, "wg": 3}
+    # 1024 cluster tiles take 16 waves of the 66 clusters (num_sms = 132), and so 64 clusters
+    assert inst.mesh == {"sm": 128, "cta": 2, "wg": 3}
     pipe = inst.pipes["k_loop"]
     assert dataclasses.astuple(pipe) == ((128,), {"a": (128, 8192), "b": (8192, 256)}, {"a": (128, 64), "b": (64, 256)}, 4)
+    dtypes = {"a": "bfloat16", "b": "bfloat16", "o": "bfloat16"}
+    small = checks.instantiate(spec, spec.variants["mosaic_gpu"], spec.cases[0], dtypes)[0]  # 512^3: 4 cluster tiles
+    assert small.mesh["sm"] == 8
+    mlp = checks.instantiate(spec, spec.variants["mosaic_gpu"], spec.bench[2], dtypes)[0]  # 2048 tiles: 32 waves
+    assert (spec.bench[2].name, mlp.mesh["sm"]) == ("mlp4096", 128)
 
 
 def test_multicast_needs_an_input_of_a_warp_specialized_pipeline_and_a_cluster_axis(tmp_path):

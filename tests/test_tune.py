@@ -116,10 +116,10 @@ def test_tuned_entry_is_checked_against_constraints_with_the_untuned_params(monk
 
     kind = jax.devices()[0].device_kind
     key = (kind, "mosaic_gpu", "bfloat16", (8192, 8192, 8192), (("epi", 64), ("tk", 64)))
-    monkeypatch.setitem(_tuning.TABLE, key, {"snake": 16, "steps": 3, "tm": 128, "tn": 64})
+    monkeypatch.setitem(_tuning.TABLE, key, {"snake": 16, "steps": 2, "tm": 128, "tn": 64})
     a = jnp.zeros((8, 8), jnp.bfloat16)
     got = _tuning.resolve("mosaic_gpu", (a, a), (8192, 8192, 8192), {}, {"tk": 64, "epi": 64})
-    assert got == {"tm": 128, "tn": 64, "steps": 3, "snake": 16}
+    assert got == {"tm": 128, "tn": 64, "steps": 2, "snake": 16}
     # the tuned config breaks the constraint for these dims (N % (2 * tn)): defaults instead
     got = _tuning.resolve("mosaic_gpu", (a, a), (8192, 8192, 8100), {}, {"tk": 64, "epi": 64})
     assert got == _tuning.DEFAULTS["mosaic_gpu"]
