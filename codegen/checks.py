@@ -483,6 +483,16 @@ def _backend_surface(spec: KernelSpec, v: Variant) -> list:
         if s.kind not in backend.scratch_kinds:
             out.append(Diagnostic("E414", f"{v.backend}: scratch {s.name} is a {s.kind}, which {v.backend} does not have", s.loc,
                                   f"scratch kinds on {v.backend}: {', '.join(backend.scratch_kinds)}"))
+        clusters = {a.name for a in v.mesh_axes("cluster")}
+        for axis in s.collective_axes:
+            problem = (
+                "only a barrier spans a cluster" if s.kind != "barrier"
+                else f"`{axis}` is not a cluster axis of the mesh" if axis not in clusters
+                else None
+            )
+            if problem:
+                out.append(Diagnostic("E432", f"{v.backend}: scratch {s.name} collective_axes [{axis}]: {problem}", s.loc,
+                                      "give a barrier of a mesh kernel the `mesh.cluster` axis whose CTAs all arrive on it"))
     return out
 
 

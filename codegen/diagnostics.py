@@ -58,7 +58,7 @@ CODES: dict[str, str] = {
     "E429": "backward spec has no backend for a platform of the forward",
     "E430": "mesh-kernel section in the wrong kind of spec",
     "E431": "mesh missing or not valid for the backend",
-    "E432": "invalid pipeline or ref of a mesh kernel",
+    "E432": "invalid pipeline, ref or cluster barrier of a mesh kernel",
     "E500": "case does not bind every dim",
     "E501": "constraint violated",
     "E502": "index_map result out of bounds",

@@ -140,6 +140,7 @@ class Scratch:
     loc: Location
     tiling: tuple = ()  # Mosaic GPU SMEM arrays: plgpu.TilingTransform
     swizzle: int | None = None  # ... then plgpu.SwizzleTransform
+    collective_axes: tuple = ()  # Mosaic GPU barriers: a cluster axis, for a plgpu.ClusterBarrier
 
 
 @dataclasses.dataclass(frozen=True)
@@ -440,6 +441,7 @@ class _Builder:
                     self.doc.key_loc(here),
                     tuple((spec.get("transforms") or {}).get("tiling", ())),
                     (spec.get("transforms") or {}).get("swizzle"),
+                    tuple(spec.get("collective_axes", ())),
                 )
             )
         return tuple(out)

@@ -433,6 +433,9 @@ class _Context:
             return f"pltpu.SemaphoreType.REGULAR({shape})"
         if s.kind == "barrier":
             count = s.shape[0].render() if s.shape else "1"
+            if s.collective_axes:
+                axes = _tuple(repr(a) for a in s.collective_axes)
+                return f"plgpu.ClusterBarrier(collective_axes={axes}, num_arrivals={s.num_arrivals}, num_barriers={count})"
             return f"plgpu.Barrier(num_arrivals={s.num_arrivals}, num_barriers={count})"
         if s.kind == "accumulator":
             return f"plgpu.ACC({shape}, {self._scratch_dtype(s) if s.dtype else 'jnp.float32'})"

@@ -22,6 +22,8 @@ kspec() { python3 -c "import cli; cli.run()" "$@"; }
 # (layer_norm and softmax bring their backward kernels: kspec tune takes a spec's vjp specs along.)
 TUNE_CASES="matmul:b8192 matmul_bias_gelu:b8192 matmul_persistent:b8192 matmul_bias_gelu_persistent:b8192
   matmul_persistent:mlp4096 matmul_persistent:mlp2048 matmul_bias_gelu_persistent:mlp4096 matmul_bias_gelu_persistent:mlp2048
+  matmul_pingpong:b8192 matmul_pingpong:mlp2048 matmul_bias_gelu_pingpong:b8192 matmul_bias_gelu_pingpong:mlp4096
+  matmul_bias_gelu_pingpong:mlp2048 matmul_bias_gelu_pingpong:mlp1024
   flash_attention:full flash_attention:causal softmax:b8192 layer_norm:b16Kx8192 layer_norm:b8192
   rms_norm:b16Kx8192 rms_norm:b8192 layer_norm_tma:b16Kx8192 layer_norm_tma:b8192 rms_norm_tma:b16Kx8192
   rms_norm_tma:b8192 softmax_tma:b8192 softmax_tma:b4096 add:b1GiB add_1d:b1GiB"

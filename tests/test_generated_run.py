@@ -70,7 +70,8 @@ def test_every_spec_is_run():
     assert sorted(ALL_SPECS) == sorted(p.stem for p in (REPO / "specs").glob("*.yaml"))
     assert all("interpret" in s.variants for s in SPECS.values())
     assert {n for n, s in ALL_SPECS.items() if s.kind == "mesh"} == {
-        "matmul_persistent", "matmul_bias_gelu_persistent", "rms_norm_cores", "layer_norm_tma", "rms_norm_tma", "softmax_tma"}
+        "matmul_persistent", "matmul_bias_gelu_persistent", "matmul_pingpong", "matmul_bias_gelu_pingpong",
+        "rms_norm_cores", "layer_norm_tma", "rms_norm_tma", "softmax_tma"}
 
 
 @pytest.mark.parametrize("name, case_name, dtypes", list(_runs()))

@@ -175,6 +175,89 @@ def test_persistent_matmul_pipeline_flows_from_tile_to_tile_in_mosaic_gpu_interp
     assert all(float(err) <= 0.5 for *_, err in errors), errors  # bf16 rounding of sums around +-60
 
 
+# Runs generated/pp_flow (matmul_bias_gelu_pingpong without its cluster) in Mosaic GPU interpret
+# mode and prints the largest error.
+PINGPONG_SCRIPT = """
+import jax, jax.numpy as jnp, numpy as np
+from jax._src.pallas.mosaic_gpu.interpret import params
+from generated.pp_flow.mosaic_gpu import pp_flow
+x = jax.random.normal(jax.random.key(4), (512, 512), jnp.float32).astype(jnp.bfloat16)
+w = jax.random.normal(jax.random.key(5), (512, 512), jnp.float32).astype(jnp.bfloat16)
+b = jax.random.normal(jax.random.key(6), (1, 512), jnp.float32).astype(jnp.bfloat16)
+want = np.asarray(jax.nn.gelu(jnp.dot(x, w, preferred_element_type=jnp.float32) + b.astype(jnp.float32)))
+# 16 tiles, 8 K steps each: on 3 CTAs (6, 5 and 5 tiles, the ring of 6 slots wrapping inside and
+# across tiles) and on 5 CTAs with 5 slots (4, 3, 3, 3, 3 tiles).
+for ctas, slots in ((3, 6), (5, 5)):
+    with params.force_gpu_interpret_mode(params.InterpretGPUParams()):
+        got = pp_flow(x, w, b, ctas=ctas, slots=slots)
+    print(ctas, slots, float(np.max(np.abs(np.asarray(got, np.float32) - want))))
+"""
+
+
+def test_pingpong_matmul_takes_tiles_in_turn_in_mosaic_gpu_interpret_mode(tmp_path):
+    """matmul_bias_gelu_pingpong's warpgroups run on the CPU in Mosaic GPU interpret mode: the
+    copier fills one ring of slots in tile order, each compute warpgroup waits only on its own
+    "full" barriers and takes every other tile of its CTA, and the copier waits out the last
+    releases. As in the test above, the cluster is taken out (one CTA takes both row tiles of a
+    cluster tile in turn, and w is not multicast), and a barrier that never completes fails the
+    test after 120 s instead of hanging it."""
+    pytest.importorskip("jax._src.pallas.mosaic_gpu.interpret.params")
+    text = mutate(
+        (REPO / "specs" / "matmul_bias_gelu_pingpong.yaml").read_text(),
+        ("name: matmul_bias_gelu_pingpong", "name: pp_flow"),
+        ("params:\n", "params:\n  ctas: {default: 3}\n"),
+        ("  cluster: {cta: 2}\n", ""),
+        ('grid: {sm: "2 * cdiv(M // (2 * tm) * (N // tn), cdiv(M // (2 * tm) * (N // tn), num_sms // 2))"}',
+         "grid: {sm: ctas}"),
+        (", collective_axes: [cta]", ""),
+        (',\n                                      collective_axes="cta")', ")"),
+        ("def tile(t):\n", "def tile(t2):\n      t, cta = t2 // 2, t2 % 2\n"),
+    ).replace("nd_loop((m_tiles * n_tiles,)", "nd_loop((m_tiles * n_tiles * 2,)")
+    assert text.count("nd_loop((m_tiles * n_tiles * 2,)") == 2
+    (tmp_path / "specs").mkdir()
+    (tmp_path / "specs" / "pp_flow.yaml").write_text(text)
+    r = run_kspec("generate", cwd=tmp_path)
+    assert r.rc == 0, r.both
+    env = dict(os.environ, PYTHONPATH=f"{tmp_path}{os.pathsep}{REPO}")
+    try:
+        proc = subprocess.run([sys.executable, "-c", PINGPONG_SCRIPT], check=False, cwd=tmp_path, env=env,
+                              capture_output=True, text=True, timeout=120)
+    except subprocess.TimeoutExpired:
+        pytest.fail("pp_flow did not finish in 120 s: its barriers see more or fewer arrivals than waits")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    errors = [line.split() for line in proc.stdout.splitlines()]
+    assert [(ctas, slots) for ctas, slots, _ in errors] == [("3", "6"), ("5", "5")]
+    assert all(float(err) <= 0.5 for *_, err in errors), errors  # bf16 rounding of values up to ~60
+
+
+@pytest.mark.parametrize("name", ["matmul_pingpong", "matmul_bias_gelu_pingpong"])
+def test_pingpong_matmuls_lower_for_cuda_on_a_cpu(name):
+    """The ping-pong kernels, cluster barrier and multicast included, lower for CUDA, with a
+    CTA that has one tile (512^2) and CTAs that have several (4096 x 2048)."""
+    module = importlib.import_module(f"generated.{name}.mosaic_gpu")
+    for m, n, k in ((512, 512, 512), (4096, 2048, 512)):
+        shapes = [jax.ShapeDtypeStruct((m, k), jnp.bfloat16), jax.ShapeDtypeStruct((k, n), jnp.bfloat16)]
+        shapes += [jax.ShapeDtypeStruct((1, n), jnp.bfloat16)] if "gelu" in name else []
+        text = jax.jit(getattr(module, name)).trace(*shapes).lower(lowering_platforms=("cuda",)).as_text()
+        assert "mosaic_gpu" in text
+    gen = (REPO / "generated" / name / "mosaic_gpu.py").read_text()
+    assert "plgpu.ClusterBarrier(collective_axes=('cta',), num_arrivals=1, num_barriers=slots)," in gen
+    assert "plgpu.Barrier(num_arrivals=2, num_barriers=2 * slots)," in gen
+
+
+def test_a_scratch_barrier_spans_a_cluster_axis_only(tmp_path):
+    cluster = ("  grid: {sm: 2}", "  grid: {sm: 2}\n  cluster: {c: 2}")
+    scratch = ("body: |", "scratch:\n  bar: {shape: [2], kind: barrier, collective_axes: [c]}\nbody: |")
+    assert _check(mutate(MESH, cluster, scratch), tmp_path).rc == 0
+    r = _check(mutate(MESH, scratch), tmp_path)
+    assert r.rc == 2
+    assert "error[E432]: mosaic_gpu: scratch bar collective_axes [c]: `c` is not a cluster axis of the mesh" in r.out
+    array = "scratch:\n  buf: {shape: [2], dtype: float32, memory_space: smem, collective_axes: [c]}\nbody: |"
+    r = _check(mutate(MESH, cluster, ("body: |", array)), tmp_path)
+    assert r.rc == 2
+    assert "error[E432]: mosaic_gpu: scratch buf collective_axes [c]: only a barrier spans a cluster" in r.out
+
+
 def test_fused_persistent_matmul_lowers_for_cuda_on_a_cpu():
     """matmul_bias_gelu_persistent: the bias TMA, its barrier and the GELU (approx_math) lower."""
     module = importlib.import_module("generated.matmul_bias_gelu_persistent.mosaic_gpu")
