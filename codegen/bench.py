@@ -84,6 +84,18 @@ def markdown(rows: list, *, meta: dict) -> str:
 PLOT_COLUMNS = 4  # panels per row of the plot; a library of two dozen kernels wraps onto rows
 
 
+def _series(ax, points: list, style: str, marker: str, label: str) -> None:
+    """A marker at every (size, figure) point, and the line through the mean figure at each size:
+    two cases of one size (8192^3 and 8192 x 4096 -> 16384 do the same FLOPs) would otherwise
+    join into a vertical segment."""
+    by_size: dict = {}
+    for x, y in points:
+        by_size.setdefault(x, []).append(y)
+    sizes = sorted(by_size)
+    (line,) = ax.plot(sizes, [sum(by_size[x]) / len(by_size[x]) for x in sizes], style, label=label)
+    ax.plot([x for x, _ in points], [y for _, y in points], linestyle="none", marker=marker, color=line.get_color())
+
+
 def plot(rows: list, path: str) -> None:
     """Throughput against problem size, one panel per kernel (PLOT_COLUMNS to a row), one
     line per backend, XLA dashed; memory-bound kernels in GB/s with the copy timed alongside them dotted."""
@@ -104,12 +116,11 @@ def plot(rows: list, path: str) -> None:
         # Memory-bound kernels (by the roofline) in GB/s, against the copy timed in their rounds.
         use_flops = all(r["tflops"] for r in mine) and all(r.get("bound") != "memory" for r in mine)
         key, ref_key, unit = ("tflops", "ref_tflops", "TFLOP/s") if use_flops else ("gbs", "ref_gbs", "GB/s")
+        size = "flops" if use_flops else "bytes"
         for backend in sorted({r["backend"] for r in mine}):
-            pts = sorted((r["bytes"] if not use_flops else r["flops"], r[key], r[ref_key])
-                         for r in mine if r["backend"] == backend)
-            ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=backend)
-        refs = sorted({(r["bytes"] if not use_flops else r["flops"], r[ref_key]) for r in mine})
-        ax.plot([p[0] for p in refs], [p[1] for p in refs], "k--", marker="x", label="XLA reference")
+            _series(ax, [(r[size], r[key]) for r in mine if r["backend"] == backend], "-", "o", backend)
+        refs = {(r[size], r[ref_key]) for r in mine}
+        _series(ax, list(refs), "k--", "x", "XLA reference")
         copies = {}  # bytes per call -> the copies' GB/s (one per backend's row)
         for r in ([] if use_flops else mine):
             if r.get("copy_gbs"):
