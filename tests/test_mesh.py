@@ -124,6 +124,24 @@ def test_row_streaming_kernels_lower_for_cuda_with_bulk_copies(name):
     assert "mosaic_gpu" in text
 
 
+def _run_interpreted(tmp_path: Path, name: str, text: str, script: str) -> list:
+    """Generates spec `name` from `text` into tmp_path and runs `script` against it in a
+    subprocess; returns its output lines, split. A barrier that never completes hangs a kernel in
+    Mosaic GPU interpret mode, so the subprocess gets 120 s and a timeout fails the test."""
+    (tmp_path / "specs").mkdir()
+    (tmp_path / "specs" / f"{name}.yaml").write_text(text)
+    r = run_kspec("generate", cwd=tmp_path)
+    assert r.rc == 0, r.both
+    env = dict(os.environ, PYTHONPATH=f"{tmp_path}{os.pathsep}{REPO}")
+    try:
+        proc = subprocess.run([sys.executable, "-c", script], check=False, cwd=tmp_path, env=env,
+                              capture_output=True, text=True, timeout=120)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"{name} did not finish in 120 s: its barriers see more or fewer arrivals than waits")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return [line.split() for line in proc.stdout.splitlines()]
+
+
 # Runs generated/mm_flow (the spec below) in Mosaic GPU interpret mode and prints the largest error.
 FLOW_SCRIPT = """
 import jax, jax.numpy as jnp, numpy as np
@@ -159,18 +177,7 @@ def test_persistent_matmul_pipeline_flows_from_tile_to_tile_in_mosaic_gpu_interp
         ("@plgpu.nd_loop((m_tiles * n_tiles,), ", "@plgpu.nd_loop((m_tiles * n_tiles * 2,), "),
         ("(t,) = info.index", "(t2,) = info.index\n          t, cta = t2 // 2, t2 % 2"),
     )
-    (tmp_path / "specs").mkdir()
-    (tmp_path / "specs" / "mm_flow.yaml").write_text(text)
-    r = run_kspec("generate", cwd=tmp_path)
-    assert r.rc == 0, r.both
-    env = dict(os.environ, PYTHONPATH=f"{tmp_path}{os.pathsep}{REPO}")
-    try:
-        proc = subprocess.run([sys.executable, "-c", FLOW_SCRIPT], check=False, cwd=tmp_path, env=env,
-                              capture_output=True, text=True, timeout=120)
-    except subprocess.TimeoutExpired:
-        pytest.fail("mm_flow did not finish in 120 s: its barriers see more or fewer arrivals than waits")
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    errors = [line.split() for line in proc.stdout.splitlines()]
+    errors = _run_interpreted(tmp_path, "mm_flow", text, FLOW_SCRIPT)
     assert [(ctas, steps) for ctas, steps, _ in errors] == [("3", "4"), ("5", "2")]
     assert all(float(err) <= 0.5 for *_, err in errors), errors  # bf16 rounding of sums around +-60
 
@@ -214,18 +221,7 @@ def test_pingpong_matmul_takes_tiles_in_turn_in_mosaic_gpu_interpret_mode(tmp_pa
         ("def tile(t):\n", "def tile(t2):\n      t, cta = t2 // 2, t2 % 2\n"),
     ).replace("nd_loop((m_tiles * n_tiles,)", "nd_loop((m_tiles * n_tiles * 2,)")
     assert text.count("nd_loop((m_tiles * n_tiles * 2,)") == 2
-    (tmp_path / "specs").mkdir()
-    (tmp_path / "specs" / "pp_flow.yaml").write_text(text)
-    r = run_kspec("generate", cwd=tmp_path)
-    assert r.rc == 0, r.both
-    env = dict(os.environ, PYTHONPATH=f"{tmp_path}{os.pathsep}{REPO}")
-    try:
-        proc = subprocess.run([sys.executable, "-c", PINGPONG_SCRIPT], check=False, cwd=tmp_path, env=env,
-                              capture_output=True, text=True, timeout=120)
-    except subprocess.TimeoutExpired:
-        pytest.fail("pp_flow did not finish in 120 s: its barriers see more or fewer arrivals than waits")
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    errors = [line.split() for line in proc.stdout.splitlines()]
+    errors = _run_interpreted(tmp_path, "pp_flow", text, PINGPONG_SCRIPT)
     assert [(ctas, slots) for ctas, slots, _ in errors] == [("3", "6"), ("5", "5")]
     assert all(float(err) <= 0.5 for *_, err in errors), errors  # bf16 rounding of values up to ~60
 
