@@ -479,11 +479,11 @@ def _backend_surface(spec: KernelSpec, v: Variant) -> list:
         if block.buffers is not None and not backend.pipeline_mode:
             out.append(Diagnostic("E413", f"{where}: pipeline_mode is not supported by {v.backend}", block.loc,
                                   "mosaic_tpu and interpret take pipeline_mode; on mosaic_gpu use max_concurrent_steps"))
+    clusters = {a.name for a in v.mesh_axes("cluster")}
     for s in v.scratch:
         if s.kind not in backend.scratch_kinds:
             out.append(Diagnostic("E414", f"{v.backend}: scratch {s.name} is a {s.kind}, which {v.backend} does not have", s.loc,
                                   f"scratch kinds on {v.backend}: {', '.join(backend.scratch_kinds)}"))
-        clusters = {a.name for a in v.mesh_axes("cluster")}
         for axis in s.collective_axes:
             problem = (
                 "only a barrier spans a cluster" if s.kind != "barrier"

@@ -6,6 +6,7 @@ import dataclasses
 import importlib
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -124,6 +125,16 @@ def test_row_streaming_kernels_lower_for_cuda_with_bulk_copies(name):
     assert "mosaic_gpu" in text
 
 
+def _without_cluster(spec: str, name: str, *edits: tuple) -> str:
+    """specs/<spec>.yaml renamed `name` for Mosaic GPU interpret mode, which has no clusters: no
+    `mesh.cluster`, a grid of `ctas` CTAs (a param, 3 by default) and no multicast. `edits` then
+    let one CTA take both row tiles of a cluster tile in turn."""
+    text, grids = re.subn(r'grid: \{sm: "[^"]*"\}', "grid: {sm: ctas}", (REPO / "specs" / f"{spec}.yaml").read_text())
+    assert grids == 1, grids
+    return mutate(text, (f"name: {spec}", f"name: {name}"), ("params:\n", "params:\n  ctas: {default: 3}\n"),
+                  ("  cluster: {cta: 2}\n", ""), (", collective_axes: [cta]", ""), *edits)
+
+
 def _run_interpreted(tmp_path: Path, name: str, text: str, script: str) -> list:
     """Generates spec `name` from `text` into tmp_path and runs `script` against it in a
     subprocess; returns its output lines, split. A barrier that never completes hangs a kernel in
@@ -166,14 +177,8 @@ def test_persistent_matmul_pipeline_flows_from_tile_to_tile_in_mosaic_gpu_interp
     in turn and B is not multicast. A release too few or too many leaves a barrier waiting
     forever: the kernel runs in a subprocess, so that fails this test instead of hanging it."""
     pytest.importorskip("jax._src.pallas.mosaic_gpu.interpret.params")
-    text = mutate(
-        (REPO / "specs" / "matmul_persistent.yaml").read_text(),
-        ("name: matmul_persistent", "name: mm_flow"),
-        ("params:\n", "params:\n  ctas: {default: 3}\n"),
-        ("  cluster: {cta: 2}\n", ""),
-        ('grid: {sm: "2 * cdiv(M // (2 * tm) * (N // (2 * tn)), cdiv(M // (2 * tm) * (N // (2 * tn)), num_sms // 2))"}',
-         "grid: {sm: ctas}"),
-        (", collective_axes: [cta]", ""),
+    text = _without_cluster(
+        "matmul_persistent", "mm_flow",
         ("@plgpu.nd_loop((m_tiles * n_tiles,), ", "@plgpu.nd_loop((m_tiles * n_tiles * 2,), "),
         ("(t,) = info.index", "(t2,) = info.index\n          t, cta = t2 // 2, t2 % 2"),
     )
@@ -209,14 +214,8 @@ def test_pingpong_matmul_takes_tiles_in_turn_in_mosaic_gpu_interpret_mode(tmp_pa
     cluster tile in turn, and w is not multicast), and a barrier that never completes fails the
     test after 120 s instead of hanging it."""
     pytest.importorskip("jax._src.pallas.mosaic_gpu.interpret.params")
-    text = mutate(
-        (REPO / "specs" / "matmul_bias_gelu_pingpong.yaml").read_text(),
-        ("name: matmul_bias_gelu_pingpong", "name: pp_flow"),
-        ("params:\n", "params:\n  ctas: {default: 3}\n"),
-        ("  cluster: {cta: 2}\n", ""),
-        ('grid: {sm: "2 * cdiv(M // (2 * tm) * (N // tn), cdiv(M // (2 * tm) * (N // tn), num_sms // 2))"}',
-         "grid: {sm: ctas}"),
-        (", collective_axes: [cta]", ""),
+    text = _without_cluster(
+        "matmul_bias_gelu_pingpong", "pp_flow",
         (',\n                                      collective_axes="cta")', ")"),
         ("def tile(t):\n", "def tile(t2):\n      t, cta = t2 // 2, t2 % 2\n"),
     ).replace("nd_loop((m_tiles * n_tiles,)", "nd_loop((m_tiles * n_tiles * 2,)")
