@@ -275,6 +275,12 @@ def tune(
     ),
     budget_seconds: Optional[float] = typer.Option(None, "--budget-seconds", min=1, help="Stop starting new cases after this long."),
     samples: int = typer.Option(10, "--samples", min=3, help="Timed samples per config."),
+    sustained: bool = typer.Option(
+        False, "--sustained",
+        help="Time each config in alternation with the XLA reference after holding the device under load, "
+             "as `kspec bench` does, and rank configs by their speedup over it round by round: the ranking "
+             "under the clocks a power cap holds (default: each config timed alone, at the clocks it finds).",
+    ),
     seed: Optional[int] = typer.Option(None, "--seed", help="Seed for inputs and the random and guided strategies."),
     tuning_dir: Optional[Path] = typer.Option(None, "--tuning-dir", help="Where results go (default: tuning/ beside generated/)."),
     timeout: float = typer.Option(1800.0, "--timeout", help="Seconds allowed per config batch."),
@@ -315,7 +321,7 @@ def tune(
                             typer.echo("time budget spent: stopping")
                             raise typer.Exit(1 if failed else 0)
                         failed |= _tune_case(session, store, done, spec, variant, i, c, assign, suite,
-                                             out_root, info, strategy, budget_trials, samples, seed)
+                                             out_root, info, strategy, budget_trials, samples, seed, sustained)
     finally:
         session.close()
     typer.echo("run `kspec generate` to embed the tuned configs in generated/")
@@ -323,7 +329,7 @@ def tune(
 
 
 def _tune_case(session, store, done, spec, variant, index, case, assign, suite, out_root, info,
-               strategy, budget, samples, seed) -> bool:
+               strategy, budget, samples, seed, sustained=False) -> bool:
     """Tune one backend x case x dtype; append every trial to the store. True if nothing passed."""
     from codegen import tune as tn
     from codegen import tuning as tg
@@ -335,14 +341,15 @@ def _tune_case(session, store, done, spec, variant, index, case, assign, suite, 
     untuned = {p.name: case.params.get(p.name, p.default) for p in variant.params if not p.choices}
     base = {"backend": variant.backend, "bucket": list(tg.bucket(dims)), "dtype": label, "fixed": untuned,
             "jax_version": info["jax_version"], "kernel_sha": spec.kernel_sha, "case": case.name}
+    if sustained:
+        base["load"] = "sustained"
     kept, pruned = tn.prune(spec, variant, case, assign, tn.space(variant))
     for cfg, why in pruned:
         entry = dict(base, params=cfg, status="pruned", ms=None, message=why)
         if tg.key(entry) not in done:
             store.append(entry)
     wanted = {tg.key(dict(base, params=cfg)): tn.key(cfg) for cfg in kept}
-    tried = {wanted[tg.key(e)]: e["ms"] if e["status"] == "pass" else None
-             for e in store.entries if tg.key(e) in wanted}
+    tried = {wanted[tg.key(e)]: tg.cost(e) for e in store.entries if tg.key(e) in wanted}
     scores = tn.scores(spec, variant, case, assign, kept, peak_for(info["device"])) if strategy == "guided" else None
     next_batch = tn.search(kept, strategy=strategy, budget=budget, seed=seed, scores=scores)
     todo = next_batch(tried)  # exhaustive and random name all their configs at once
@@ -355,13 +362,15 @@ def _tune_case(session, store, done, spec, variant, index, case, assign, suite, 
     while todo:
         task = Task(str(spec.path), spec.name, variant.backend, case.name, index, tuple(assign.items()), label,
                     seed, "tune", str(out_root), suite=suite, samples=samples,
-                    configs=tuple(tn.key(c) for c in todo))
+                    configs=tuple(tn.key(c) for c in todo), sustained=sustained)
         for row in _stream_with_progress(session, task, started, planned):
             entry = dict(base, params=row.get("params", {}), status=row["status"], ms=row.get("ms"),
                          message=row["message"].splitlines()[0] if row["message"] else "")
+            if sustained and row.get("speedup") is not None:
+                entry.update(ref_ms=row["ref_ms"], speedup=row["speedup"], speedup_ci95=row["speedup_ci95"])
             store.append(entry)
             if row.get("params"):
-                tried[tn.key(row["params"])] = entry["ms"] if row["status"] == "pass" else None
+                tried[tn.key(row["params"])] = tg.cost(entry)
             if row["status"] != "pass":
                 typer.echo(f"  rejected {entry['params']}: {row['status']}: {entry['message']}")
         for cfg in todo:  # a config left without a result (its worker died) counts as tried
@@ -370,15 +379,22 @@ def _tune_case(session, store, done, spec, variant, index, case, assign, suite, 
         todo = next_batch(tried)
     current = [e for e in store.entries if e["backend"] == variant.backend and e["dtype"] == label
                and e["bucket"] == base["bucket"] and tg.fixed(e) == tg.fixed(base)
-               and e["kernel_sha"] == spec.kernel_sha and e["status"] == "pass"]
+               and e["kernel_sha"] == spec.kernel_sha and tg.cost(e) is not None
+               and tg.how_timed(e) == tg.how_timed(base)]
     if not current:
         typer.echo("  no config passed")
         return True
-    fastest = min(current, key=lambda e: e["ms"])
+    fastest = min(current, key=tg.cost)
     default = next((e for e in current if all(e["params"].get(k) == p.default for k, p in
                                               ((p.name, p) for p in variant.params if p.choices))), None)
-    versus = f", {default['ms'] / fastest['ms']:.2f}x the default's {default['ms']:.3f} ms" if default else ""
-    typer.echo(f"  best {fastest['params']}: {fastest['ms']:.3f} ms{versus} -> {store.path}")
+    if sustained:
+        lo, hi = fastest["speedup_ci95"]
+        figure = f"{fastest['speedup']:.3f}x the reference ({lo:.3f}-{hi:.3f}), {fastest['ms']:.3f} ms"
+        versus = f"; the default's: {default['speedup']:.3f}x" if default else ""
+    else:
+        figure = f"{fastest['ms']:.3f} ms"
+        versus = f", {default['ms'] / fastest['ms']:.2f}x the default's {default['ms']:.3f} ms" if default else ""
+    typer.echo(f"  best {fastest['params']}: {figure}{versus} -> {store.path}")
     return False
 
 

@@ -38,8 +38,14 @@ def _f(value, fmt: str = ".3f") -> str:
     return "-" if value is None else format(value, fmt)
 
 
-COLUMNS = ("kernel", "backend", "case", "dtype", "ms (p10-p90)", "XLA ms", "speedup", "TFLOP/s", "GB/s",
+COLUMNS = ("kernel", "backend", "case", "dtype", "ms (p10-p90)", "XLA ms", "speedup (95% CI)", "TFLOP/s", "GB/s",
            "% roofline", "XLA % roofline", "% of copy", "compile s", "params")
+
+
+def _speedup(r: dict) -> str:
+    """The median of the per-round ratios, with its 95% interval (reports from before it: the ratio alone)."""
+    ci = r.get("speedup_ci95")
+    return f"{r['speedup']:.3f}x" + (f" ({ci[0]:.3f}-{ci[1]:.3f})" if ci else "")
 
 
 def row(r: dict) -> tuple:
@@ -50,7 +56,7 @@ def row(r: dict) -> tuple:
     return (
         r["kernel"], r["backend"], r["case"], r["dtype"],
         f"{r['ms']:.3f} ({r['ms_p10']:.3f}-{r['ms_p90']:.3f})",
-        _f(r["ref_ms"]), f"{r['speedup']:.2f}x", _f(r["tflops"], ".1f"), _f(r["gbs"], ".0f"),
+        _f(r["ref_ms"]), _speedup(r), _f(r["tflops"], ".1f"), _f(r["gbs"], ".0f"),
         _f(r["roofline_pct"], ".0f"), _f(r["ref_roofline_pct"], ".0f"), _f(r["copy_pct"], ".0f"),
         _f(r["compile_s"], ".2f"),
         " ".join(f"{k}={v}" for k, v in sorted(r["params"].items())),
@@ -68,11 +74,13 @@ def markdown(rows: list, *, meta: dict) -> str:
         f"- roofline: {meta['roofline']}",
         "",
         ("Each figure is the median per-call time over the samples (10th-90th percentile in brackets), "
-        "the kernel and its XLA reference sampled in alternation in one process after a warm-up "
-        "(with a copy of as many bytes when the kernel is memory-bound or the device has no peaks: "
-        "`% of copy` is that copy's time over the kernel's), "
-        "inputs rotated across up to 8 copies (together larger than L2 where memory allows; "
-        "`input_copies` in the JSON), after a correctness check against the reference."),
+        "the kernel and its XLA reference sampled in alternation in one process after a warm-up and a "
+        "correctness check against the reference, inputs rotated across up to 8 copies (together larger "
+        "than L2 where memory allows; `input_copies` in the JSON). Each round samples every function "
+        "once: `speedup` is the median over the rounds of the reference's time over the kernel's, with "
+        "a distribution-free 95% confidence interval for that median. A memory-bound kernel (or any "
+        "kernel on a device without peaks) has a copy of as many bytes in its rounds too: `% of copy` "
+        "is the median over the rounds of the copy's time over the kernel's."),
         "",
         "| " + " | ".join(COLUMNS) + " |",
         "|" + "---|" * len(COLUMNS),

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 import math
+import statistics
 import time
 
 from . import dtypes as dt
@@ -44,6 +45,18 @@ def tuned_params(task, prep) -> dict:
     return dict(prep.params, **tuning.resolve(task.backend, prep.inputs, dims, given, untuned))
 
 
+def _input_sets(task, prep, copies: int) -> list:
+    """The task's inputs and copies - 1 more sets of fresh random data of the same shapes."""
+    import jax
+
+    return [prep.inputs] + [
+        [jax.random.normal(jax.random.key(task.seed + c * 7919 + i), x.shape).astype(x.dtype)
+         if jax.numpy.issubdtype(x.dtype, jax.numpy.floating) else x
+         for i, x in enumerate(prep.inputs)]
+        for c in range(1, copies)
+    ]
+
+
 def _compile(fn, args) -> tuple:
     import jax
 
@@ -72,12 +85,7 @@ def bench(task, prep, check_outputs) -> dict:
         table = {d: tflops for d in ("bfloat16", "float16")}
         peak = Peak("measured", table, bandwidth, peak.l2_bytes if peak else 0)
     copies = timing.copies_needed(_nbytes(prep.inputs), peak.l2_bytes if peak else 0)
-    arg_sets = [prep.inputs] + [
-        [jax.random.normal(jax.random.key(task.seed + c * 7919 + i), x.shape).astype(x.dtype)
-         if jax.numpy.issubdtype(x.dtype, jax.numpy.floating) else x
-         for i, x in enumerate(prep.inputs)]
-        for c in range(1, copies)
-    ]
+    arg_sets = _input_sets(task, prep, copies)
     compiled_k, compile_k = _compile(kernel, prep.inputs)
     compiled_r, compile_r = _compile(reference, prep.inputs)
     flops, trans, nbytes = work(prep, outs)
@@ -90,6 +98,12 @@ def bench(task, prep, check_outputs) -> dict:
     k, r = timing.stats(times["kernel"]), timing.stats(times["reference"])
     seconds = k["median_ms"] / 1e3
     copy_ms = timing.stats(times["copy"])["median_ms"] if "copy" in times else None
+    # Ratios round by round: the two sides of each ran under the same clocks (timing.paired).
+    speedup, speedup_lo, speedup_hi = timing.median_ci(timing.paired(times["reference"], times["kernel"]))
+    copy_share = ref_copy_share = None
+    if copy_ms:
+        copy_share = 100 * statistics.median(timing.paired(times["copy"], times["kernel"]))
+        ref_copy_share = 100 * statistics.median(timing.paired(times["copy"], times["reference"]))
     figures = {
         "ms": k["median_ms"],
         "ms_p10": k["p10_ms"],
@@ -97,7 +111,9 @@ def bench(task, prep, check_outputs) -> dict:
         "ref_ms": r["median_ms"],
         "ref_ms_p10": r["p10_ms"],
         "ref_ms_p90": r["p90_ms"],
-        "speedup": r["median_ms"] / k["median_ms"],
+        "speedup": speedup,
+        "speedup_ci95": [speedup_lo, speedup_hi],
+        "speedup_of_medians": r["median_ms"] / k["median_ms"],
         "compile_s": compile_k,
         "ref_compile_s": compile_r,
         "samples": k["samples"],
@@ -115,9 +131,10 @@ def bench(task, prep, check_outputs) -> dict:
         "bound": bound,
         "copy_ms": copy_ms,
         "copy_gbs": _copy_gbs(_copy_elements(nbytes), copy_ms / 1e3) if copy_ms else None,
-        "copy_pct": 100 * copy_ms / k["median_ms"] if copy_ms else None,
-        "ref_copy_pct": 100 * copy_ms / r["median_ms"] if copy_ms else None,
+        "copy_pct": copy_share,
+        "ref_copy_pct": ref_copy_share,
         "params": prep.params,
+        "samples_ms": {name: [t * 1e3 for t in ts] for name, ts in times.items()},
     }
     if peak:
         floor = max(_floors(peak, compute, flops, nbytes))
@@ -185,8 +202,20 @@ def measure_ceilings() -> dict:
     return {"bandwidth_gbs": _copy_gbs(n, copy_s), "tflops_bf16": 2 * m**3 / mm_s / 1e12}
 
 
+# tune --sustained: seconds of the reference alone before the first config, and of the config
+# and the reference in turn before each config's samples (its check leaves the device idle a while).
+SUSTAIN_S, RESUME_S = 3.0, 1.0
+
+
 def tune(task, prep, check_outputs, describe):
-    """Compile every config of a tune task in parallel threads, then verify and time each."""
+    """Compile every config of a tune task in parallel threads, then verify and time each.
+
+    Alone, each config is timed by itself right after its check: the device's clocks are
+    whatever its load leaves them at, full clock on an idle GPU. Sustained (`kspec tune
+    --sustained`), each config is sampled in alternation with the reference, as `kspec bench`
+    does, after the reference has held the device under load for SUSTAIN_S seconds, and
+    carries its speedup over the reference round by round: a ranking under the clocks a
+    power cap holds, which the full-clock figures can miss."""
     import concurrent.futures
 
     import jax
@@ -195,6 +224,19 @@ def tune(task, prep, check_outputs, describe):
 
     configs = [dict(c) for c in task.configs]
     refs = {}  # the reference's outputs per value of the params it takes
+    against = {}  # sustained: the reference's call per value of the params it takes
+    loaded = False  # sustained: the device has been held under load
+    if task.sustained:
+        peak = peak_for(jax.devices()[0].device_kind)
+        arg_sets = _input_sets(task, prep, timing.copies_needed(_nbytes(prep.inputs), peak.l2_bytes if peak else 0))
+
+        def reference_for(p) -> object:
+            key = tuple(sorted(p.ref_params.items()))
+            if key not in against:
+                compiled_ref = _compile(functools.partial(p.ref_fn, **p.ref_params), p.inputs)[0]
+                against[key] = timing.rotating(compiled_ref, arg_sets)
+            return against[key]
+
 
     def build(cfg):
         fn = functools.partial(prep.fn, **dict(prep.params, **cfg))
@@ -214,11 +256,21 @@ def tune(task, prep, check_outputs, describe):
                 verdict = check_outputs(task, mine, outs, 0.0)
                 refs[key] = mine.refs
                 row.update(verdict, params=cfg, compile_s=compile_s)
-                if verdict["status"] == "pass":
+                if verdict["status"] == "pass" and not task.sustained:
                     times = timing.sample(
                         {"kernel": functools.partial(compiled, *prep.inputs)}, samples=task.samples, warm_s=0.1
                     )
                     row["ms"] = timing.stats(times["kernel"])["median_ms"]
+                elif verdict["status"] == "pass":
+                    calls = {"kernel": timing.rotating(compiled, arg_sets), "reference": reference_for(mine)}
+                    if not loaded:
+                        timing.warm_up({"reference": calls["reference"]}, SUSTAIN_S)
+                        loaded = True
+                    times = timing.sample(calls, samples=task.samples, warm_s=RESUME_S)
+                    speedup, lo, hi = timing.median_ci(timing.paired(times["reference"], times["kernel"]))
+                    row.update(ms=timing.stats(times["kernel"])["median_ms"],
+                               ref_ms=timing.stats(times["reference"])["median_ms"],
+                               speedup=speedup, speedup_ci95=[lo, hi])
             except Exception as e:  # noqa: BLE001 - a config that fails to compile or run is rejected
                 row["message"] = describe(e)
             yield row

@@ -6,10 +6,17 @@ time divided by the repetitions is one per-call figure. Competing functions are
 sampled in alternation (kernel, reference, reference, kernel, ...), so drift in
 clocks or temperature hits both alike. Inputs rotate across enough copies that
 their total exceeds the last-level cache.
+
+Sample i of every function falls in round i, next to the others' sample i, so a ratio
+is taken per round (`paired`): both sides of it ran under the same clocks. Under a power
+cap the clocks swing from one 20 ms sample to the next by more than the margin a
+kernel is judged on, and the median of the per-round ratios (with a confidence
+interval, `median_ci`) sees through that where the ratio of two medians does not.
 """
 
 from __future__ import annotations
 
+import math
 import statistics
 import time
 
@@ -87,3 +94,25 @@ def stats(values: list) -> dict:
     else:
         lo, hi = ms[0], ms[-1]
     return {"median_ms": statistics.median(ms), "p10_ms": lo, "p90_ms": hi, "samples": len(ms)}
+
+
+def paired(numerators: list, denominators: list) -> list:
+    """The ratio of two functions' samples round by round (`sample` puts sample i of each in round i)."""
+    return [n / d for n, d in zip(numerators, denominators, strict=True)]
+
+
+def median_ci(values: list, level: float = 0.95) -> tuple:
+    """(median, low, high): the median and a distribution-free confidence interval for it.
+
+    The interval runs from the k-th smallest to the k-th largest value, k the largest rank
+    with P(Binomial(n, 1/2) < k) <= (1 - level) / 2: it holds the true median with at least
+    `level` probability whatever the distribution (at 95%, from n = 6 on). With fewer values
+    no such rank exists and the interval is the whole range."""
+    xs = sorted(values)
+    n = len(xs)
+    tail, k, below = (1 - level) / 2, 0, 0.0  # below = P(B < k)
+    while k < (n + 1) // 2 and below + math.comb(n, k) / 2**n <= tail:
+        below += math.comb(n, k) / 2**n
+        k += 1
+    k = max(k, 1)
+    return statistics.median(xs), xs[k - 1], xs[n - k]

@@ -2,10 +2,11 @@
 
 Each file holds every trial of one kernel on one device kind, appended (atomically
 rewritten) as results come, so a stopped run resumes where it was. An entry is keyed
-by backend, shape bucket, dtype, jax version, kernel hash and params; the kernel hash
-covers what decides the generated code (not docs, cases or tolerances), and entries
-whose hash differs from the spec's are stale: `kspec check` reports them and codegen
-ignores them.
+by backend, shape bucket, dtype, jax version, kernel hash, params and how it was timed
+(alone, or `load: "sustained"` against the reference: `kspec tune --sustained`); the
+kernel hash covers what decides the generated code (not docs, cases or tolerances), and
+entries whose hash differs from the spec's are stale: `kspec check` reports them and
+codegen ignores them.
 """
 
 from __future__ import annotations
@@ -48,10 +49,26 @@ def fixed(entry: dict) -> tuple:
     return tuple(sorted(entry.get("fixed", {}).items()))
 
 
+def how_timed(entry: dict) -> str:
+    """How the entry was timed: "alone" (by itself, at the clocks it found) or "sustained"
+    (in alternation with the reference under load, `kspec tune --sustained`)."""
+    return entry.get("load", "alone")
+
+
+def cost(entry: dict):
+    """What ranks passing entries of one load, lower first: the time alone, or the time relative
+    to the reference in the same rounds (1 / speedup) when sustained; None for a failed entry."""
+    if entry.get("status") != "pass" or entry.get("ms") is None:
+        return None
+    if how_timed(entry) == "sustained":
+        return 1.0 / entry["speedup"] if entry.get("speedup") else None
+    return entry["ms"]
+
+
 def key(entry: dict) -> tuple:
     return (
         entry["backend"], tuple(entry["bucket"]), entry["dtype"], fixed(entry), entry["jax_version"],
-        entry["kernel_sha"], tuple(sorted(entry["params"].items())),
+        entry["kernel_sha"], tuple(sorted(entry["params"].items())), how_timed(entry),
     )
 
 
@@ -91,15 +108,19 @@ def tables(root: Path, kernel: str) -> dict:
 
 
 def best(entries: list, sha: str) -> dict:
-    """{(backend, dtype, bucket, fixed): params} of the fastest passing, current entry per key."""
+    """{(backend, dtype, bucket, fixed): params} of the fastest passing, current entry per key.
+
+    Where a key has sustained entries, the fastest of those wins (they rank configs under the
+    clocks that applications run at); times taken alone are not compared with them."""
     chosen: dict = {}
     for e in entries:
-        if e.get("status") != "pass" or e.get("kernel_sha") != sha or e.get("ms") is None:
+        if e.get("kernel_sha") != sha or cost(e) is None:
             continue
         k = (e["backend"], e["dtype"], tuple(e["bucket"]), fixed(e))
-        if k not in chosen or e["ms"] < chosen[k]["ms"]:
-            chosen[k] = e
-    return {k: dict(sorted(e["params"].items())) for k, e in sorted(chosen.items())}
+        rank = (how_timed(e) != "sustained", cost(e))
+        if k not in chosen or rank < chosen[k][0]:
+            chosen[k] = (rank, e)
+    return {k: dict(sorted(e["params"].items())) for k, (_, e) in sorted(chosen.items())}
 
 
 def stale(entries: list, sha: str) -> list:

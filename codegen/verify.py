@@ -42,6 +42,7 @@ class Task:
     configs: tuple = ()  # tune: the configs to compile, verify and time, each ((param, value), ...)
     devices: int = 0  # sharded: the mesh is built from this many devices
     schedules: int = DEFAULT_SCHEDULES  # run, mosaic_tpu in TPU interpret mode: schedules to run
+    sustained: bool = False  # tune: time each config in alternation with the reference, under load
 
     @property
     def label(self) -> str:

@@ -1,7 +1,8 @@
 """Flash attention forward: kspec's generated Triton kernel side by side with jax's Pallas
 Triton `mha` and cuDNN (`jax.nn.dot_product_attention(implementation="cudnn")`), one process,
 sampled in alternation (codegen/timing.py), after a correctness check of each against a
-float32 reference. bf16, B4 S4096 H32 D128, causal and not.
+float32 reference. bf16, B4 S4096 H32 D128, causal and not. kspec's speedup over each is the
+median of the per-round ratios, with a 95% interval.
 
     python3 scripts/bench_attention.py [--json FILE]
 """
@@ -64,20 +65,23 @@ def main() -> None:
                 print(f"{name} failed: {type(e).__name__}: {str(e)[:200]}")
                 fns.pop(name)
         times = timing.sample({n: functools.partial(f, q, k, v) for n, f in fns.items()}, samples=args.samples)
-        base = timing.stats(times["kspec triton"])["median_ms"]
         for name in fns:
             st = timing.stats(times[name])
+            # kspec's speedup over it round by round, with a 95% interval (codegen/timing.py).
+            speedup, lo, hi = timing.median_ci(timing.paired(times[name], times["kspec triton"]))
             rows.append({
                 "causal": causal, "impl": name, "ms": st["median_ms"], "p10_ms": st["p10_ms"], "p90_ms": st["p90_ms"],
                 "tflops": flops / (st["median_ms"] / 1e3) / 1e12, "rel_err": errs[name],
-                "kspec_speedup_vs": st["median_ms"] / base,
+                "kspec_speedup_vs": speedup, "kspec_speedup_vs_ci95": [lo, hi],
+                "samples_ms": [t * 1e3 for t in times[name]],
             })
     print(f"jax {jax.__version__} on {jax.devices()[0].device_kind}; B{B} S{S} H{H} D{D} bf16")
-    print("| causal | implementation | ms (p10-p90) | TFLOP/s | rel err | kspec speedup vs it |")
+    print("| causal | implementation | ms (p10-p90) | TFLOP/s | rel err | kspec speedup vs it (95% CI) |")
     print("|---|---|---|---|---|---|")
     for r in rows:
+        lo, hi = r["kspec_speedup_vs_ci95"]
         print(f"| {r['causal']} | {r['impl']} | {r['ms']:.3f} ({r['p10_ms']:.3f}-{r['p90_ms']:.3f}) | "
-              f"{r['tflops']:.1f} | {r['rel_err']:.2e} | {r['kspec_speedup_vs']:.2f}x |")
+              f"{r['tflops']:.1f} | {r['rel_err']:.2e} | {r['kspec_speedup_vs']:.3f}x ({lo:.3f}-{hi:.3f}) |")
     if args.json:
         args.json.write_text(json.dumps({"jax": jax.__version__, "device": jax.devices()[0].device_kind,
                                          "rows": rows}, indent=1))

@@ -4,11 +4,12 @@ as many bytes timed in the same rounds (the ceiling they are judged against)."""
 from __future__ import annotations
 
 import json
+import statistics
 
 import pytest
 from test_verify import ROOT, kspec, project
 
-from codegen import benchrun
+from codegen import benchrun, timing
 from codegen.devices import peak_for
 
 
@@ -28,16 +29,54 @@ def test_bench_row_times_kernel_reference_and_copy_in_one_run(tmp_path):
     (row,) = json.loads(report.read_text())["results"]
     assert row["status"] == "pass" and row["case"] == "small" and row["samples"] == 3
     assert row["bytes"] == 3 * 64 * 256 * 4
-    assert row["speedup"] == pytest.approx(row["ref_ms"] / row["ms"])
+    # Every sample is in the report; the figures are medians of them, the ratios taken round by round.
+    raw = row["samples_ms"]
+    assert sorted(raw) == ["copy", "kernel", "reference"] and all(len(v) == 3 for v in raw.values())
+    assert row["ms"] == pytest.approx(statistics.median(raw["kernel"]))
+    assert row["ref_ms"] == pytest.approx(statistics.median(raw["reference"]))
+    ratios = sorted(r / k for r, k in zip(raw["reference"], raw["kernel"]))
+    assert row["speedup"] == pytest.approx(ratios[1])
+    assert row["speedup_ci95"] == pytest.approx([ratios[0], ratios[2]])  # 3 rounds: the whole range
+    assert row["speedup_of_medians"] == pytest.approx(row["ref_ms"] / row["ms"])
     # No peaks for a CPU, so the copy is measured: its time over the kernel's and over the reference's.
     assert row["bound"] is None and row["copy_ms"] > 0
-    assert row["copy_pct"] == pytest.approx(100 * row["copy_ms"] / row["ms"])
-    assert row["ref_copy_pct"] == pytest.approx(100 * row["copy_ms"] / row["ref_ms"])
+    assert row["copy_pct"] == pytest.approx(100 * statistics.median(c / k for c, k in zip(raw["copy"], raw["kernel"])))
+    assert row["ref_copy_pct"] == pytest.approx(
+        100 * statistics.median(c / r for c, r in zip(raw["copy"], raw["reference"])))
     assert row["copy_gbs"] == pytest.approx(row["bytes"] / (row["copy_ms"] / 1e3) / 1e9)
     header = next(line for line in md.read_text().splitlines() if line.startswith("| kernel"))
     assert "| XLA % roofline | % of copy | compile s |" in header
     line = next(line for line in md.read_text().splitlines() if line.startswith("| add | interpret | small"))
     assert f"| {row['copy_pct']:.0f} |" in line
+    ci = row["speedup_ci95"]
+    assert f"| {row['speedup']:.3f}x ({ci[0]:.3f}-{ci[1]:.3f}) |" in line
+
+
+def test_median_interval_takes_the_binomial_ranks():
+    # The 95% interval for a median of n values runs between the order statistics that the
+    # binomial tables give: ranks 4 and 12 of 15, 40 and 61 of 100; below 6 values, the range.
+    values = [float(v) for v in range(1, 16)]
+    assert timing.median_ci(values[::-1]) == (8.0, 4.0, 12.0)
+    assert timing.median_ci([float(v) for v in range(100, 0, -1)]) == (50.5, 40.0, 61.0)
+    assert timing.median_ci([3.0, 1.0, 2.0, 5.0, 4.0]) == (3.0, 1.0, 5.0)
+    assert timing.median_ci([1.0, 2.0, 3.0, 4.0, 5.0, 6.0]) == (3.5, 1.0, 6.0)
+    assert timing.median_ci([1.0, 2.0, 3.0, 4.0, 5.0, 6.0], level=0.5) == (3.5, 2.0, 5.0)
+
+
+def test_paired_ratios_cancel_a_clock_swing_that_the_medians_keep():
+    # The reference is 1.10x slower than the kernel in every round but one, while the clock
+    # halves the speed of both in the last two rounds. Round by round the ratio is 1.10 but for
+    # the one slow kernel sample; the kernel's median falls on that sample, so the ratio of the
+    # two medians says 0.58x.
+    clock = [1.0, 1.0, 1.0, 2.0, 2.0]
+    reference = [1.1 * c for c in clock]
+    kernel = [1.0, 1.0, 1.9, 2.0, 2.0]
+    ratios = timing.paired(reference, kernel)
+    assert ratios == pytest.approx([1.1, 1.1, 1.1 / 1.9, 1.1, 1.1])
+    assert timing.median_ci(ratios)[0] == pytest.approx(1.1)
+    assert statistics.median(reference) / statistics.median(kernel) == pytest.approx(1.1 / 1.9)
+    with pytest.raises(ValueError):
+        timing.paired([1.0, 2.0], [1.0])
 
 
 def test_roofline_bound_decides_whether_a_copy_is_timed_alongside():

@@ -6,6 +6,7 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -241,3 +242,49 @@ def test_configs_that_change_the_references_params_are_checked_against_their_own
                 str(ROOT / "generated"), samples=3, configs=((("bm", 4),), (("bm", 16),), (("bm", 8),)))
     rows = list(worker.tune_task(task))
     assert [(r["params"], r["status"]) for r in rows] == [({"bm": 4}, "pass"), ({"bm": 16}, "pass"), ({"bm": 8}, "pass")]
+
+
+def test_sustained_tuning_times_each_config_against_the_reference(tmp_path):
+    """--sustained: every config sampled in alternation with the reference; its entry carries the
+    speedup round by round with its interval, and is kept apart from the configs timed alone."""
+    proj = project(tmp_path)
+    args = ("tune", "--backend", "interpret", "--strategy", "random", "--budget-trials", "3", "--seed", "5",
+            "--samples", "3")
+    rc, out = kspec(*args, "--sustained", cwd=proj)
+    assert rc == 0, out
+    table = proj / "tuning" / "scale" / "cpu.json"
+    tried = [e for e in entries(table) if e["status"] != "pruned"]
+    assert len(tried) == 3 and {e["load"] for e in tried} == {"sustained"}
+    for e in tried:
+        if e["status"] == "pass":
+            lo, hi = e["speedup_ci95"]
+            assert lo <= e["speedup"] <= hi and e["ms"] > 0 and e["ref_ms"] > 0
+        else:  # wrong=1: rejected by the check, never timed
+            assert e["params"]["wrong"] == 1 and "speedup" not in e
+    assert any(e["status"] == "pass" for e in tried)
+    assert re.search(r"best \{.*\}: \d+\.\d{3}x the reference \(\d+\.\d{3}-\d+\.\d{3}\), \d+\.\d{3} ms", out)
+    # The same configs timed alone are other trials, not a resumed run.
+    rc, out = kspec(*args, cwd=proj)
+    assert rc == 0, out
+    assert "16 configs, 4 pruned statically, 3 to try" in out
+    alone = [e for e in entries(table) if e["status"] != "pruned" and "load" not in e]
+    assert len(alone) == 3
+
+
+def test_sustained_entries_decide_the_embedded_config():
+    from codegen import tuning
+
+    def entry(params, ms, **more):
+        return dict(dict(backend="triton", bucket=[8192], dtype="bfloat16", fixed={}, jax_version="0.11.2",
+                         kernel_sha="s", params=params, status="pass", ms=ms), **more)
+
+    alone = [entry({"b": 1}, 1.0), entry({"b": 2}, 1.2)]
+    # Under load b=2 beats the reference by more, though its time alone (and under load) is longer:
+    # what ranks sustained entries is the ratio in their own rounds.
+    sustained = [entry({"b": 1}, 1.30, load="sustained", speedup=1.05, ref_ms=1.36),
+                 entry({"b": 2}, 1.31, load="sustained", speedup=1.08, ref_ms=1.41),
+                 entry({"b": 3}, None, load="sustained", speedup=None, status="fail")]
+    assert tuning.best(alone, "s") == {("triton", "bfloat16", (8192,), ()): {"b": 1}}
+    assert tuning.best(alone + sustained, "s") == {("triton", "bfloat16", (8192,), ()): {"b": 2}}
+    assert tuning.key(alone[0]) != tuning.key(sustained[0])
+    assert [tuning.cost(e) for e in sustained] == [1 / 1.05, 1 / 1.08, None]
