@@ -42,7 +42,7 @@ for step in ${*:-verify tune}; do
     random) kspec tune specs/matmul.yaml --backend triton --case b8192 --strategy random --budget-trials 24 \
               --samples 5 --seed 9 --tuning-dir /tmp/random 2>/dev/null | grep -v '^\['
             tar czf "$OUT/tuning-random.tgz" -C /tmp random ;;
-    bench) kspec bench --backend triton --backend mosaic_gpu --measure-ceilings --samples 15 \
+    bench) kspec bench --backend triton --backend mosaic_gpu --measure-ceilings --samples 30 \
              --json "$OUT/bench.json" --markdown "$OUT/bench.md" --plot "$OUT/bench.png" 2>/dev/null ;;
   esac
 done
