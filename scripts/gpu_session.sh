@@ -18,7 +18,8 @@ if ! python3 -c "import jsonschema" 2>/dev/null && ls .whl/*.whl >/dev/null 2>&1
 fi
 export PYTHONPATH=$PWD:${PYTHONPATH:-}
 kspec() { python3 -c "import cli; cli.run()" "$@"; }
-# The bench cases each kernel is tuned on (its largest; the persistent matmuls also at the MLP shapes).
+# The bench cases each kernel is tuned on (its largest; the persistent matmuls also at the MLP shapes),
+# each config timed against the reference under sustained load (kspec tune --sustained).
 # (layer_norm and softmax bring their backward kernels: kspec tune takes a spec's vjp specs along.)
 TUNE_CASES="matmul:b8192 matmul_bias_gelu:b8192 matmul_persistent:b8192 matmul_bias_gelu_persistent:b8192
   matmul_persistent:mlp4096 matmul_persistent:mlp2048 matmul_bias_gelu_persistent:mlp4096 matmul_bias_gelu_persistent:mlp2048
@@ -36,7 +37,7 @@ for step in ${*:-verify tune}; do
               --json "$OUT/verify-gpu.json" --junit "$OUT/verify-gpu.xml" 2>/dev/null ;;
     lower) kspec verify --lower --json "$OUT/lower.json" 2>/dev/null | tail -3 ;;
     tune) for kc in $TUNE_CASES; do
-            kspec tune "specs/${kc%%:*}.yaml" --case "${kc##*:}" --samples 5 --seed 5 2>/dev/null | grep -v '^\[' 
+            kspec tune "specs/${kc%%:*}.yaml" --case "${kc##*:}" --sustained --samples 20 --seed 5 2>/dev/null | grep -v '^\[' 
           done
           tar czf "$OUT/tuning.tgz" tuning ;;
     random) kspec tune specs/matmul.yaml --backend triton --case b8192 --strategy random --budget-trials 24 \

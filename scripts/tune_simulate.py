@@ -29,23 +29,26 @@ sys.path.insert(0, str(ROOT))
 
 from codegen import checks, pipeline  # noqa: E402
 from codegen import tune as tn  # noqa: E402
+from codegen import tuning  # noqa: E402
 from codegen.devices import peak_for  # noqa: E402
 
 
 def groups(spec, entries: list):
-    """(variant, case, dtypes, {key(config): ms or None}) per backend x case x dtype in the table."""
+    """(variant, case, dtypes, how timed, {key(config): cost or None}) per backend x case x dtype in the
+    table and way of timing: the time alone, or 1 / speedup under load (`kspec tune --sustained`)."""
     found: dict = {}
     for e in entries:
         if e["status"] != "pruned":
-            found.setdefault((e["backend"], e["case"], e["dtype"]), {})[tn.key(e["params"])] = e["ms"]
-    for (backend, name, label), times in sorted(found.items()):
+            where = (e["backend"], e["case"], e["dtype"], tuning.how_timed(e))
+            found.setdefault(where, {})[tn.key(e["params"])] = tuning.cost(e)
+    for (backend, name, label, how), times in sorted(found.items()):
         case = next((c for c in spec.bench + spec.cases if c.name == name), None)
         if case is None or backend not in spec.variants:
             print(f"skipped {backend} {name}: not in the spec")
             continue
         assign = next(a for a in checks.dtype_assignments(spec, case)
                       if ",".join(dict.fromkeys(a[o.name] for o in spec.inputs)) == label)
-        yield spec.variants[backend], case, assign, times
+        yield spec.variants[backend], case, assign, how, times
 
 
 def simulate(times, run, *, seeds: int, noise: float, within: float) -> tuple:
@@ -105,7 +108,7 @@ def main() -> int:
             print(f"{table}: specs/{doc['kernel']}.yaml does not load")
             return 2
         peak = peak_for(doc["device_kind"])
-        for variant, case, assign, times in groups(compiled.spec, doc["entries"]):
+        for variant, case, assign, how, times in groups(compiled.spec, doc["entries"]):
             kept, _ = tn.prune(compiled.spec, variant, case, assign, tn.space(variant))
             configs = [c for c in kept if tn.key(c) in times]
             if not any(times[tn.key(c)] for c in configs):
@@ -115,7 +118,7 @@ def main() -> int:
             best = min(times[tn.key(c)] for c in configs if times[tn.key(c)] is not None)
             near = sum(1 for c in configs if (times[tn.key(c)] or math.inf) <= best * (1 + a.within / 100))
             print(f"\n{table}: {doc['kernel']}[{variant.backend}] {case.name} {assign[compiled.spec.inputs[0].name]} "
-                  f"on {doc['device_kind']}: {len(configs)} configs ({len(kept) - len(configs)} of the pruned space "
+                  f"on {doc['device_kind']}, timed {how}: {len(configs)} configs ({len(kept) - len(configs)} of the pruned space "
                   f"not in the table), {near} within {a.within:g}% of the best, budget {budget}, {a.seeds} seeds\n")
             print("| strategy | configs timed | " + " | ".join(f"P(within {a.within:g}%), noise {s:g}" for s in sigmas)
                   + " |")
