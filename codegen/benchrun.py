@@ -237,7 +237,6 @@ def tune(task, prep, check_outputs, describe):
                 against[key] = timing.rotating(compiled_ref, arg_sets)
             return against[key]
 
-
     def build(cfg):
         fn = functools.partial(prep.fn, **dict(prep.params, **cfg))
         return _compile(fn, prep.inputs)

@@ -27,9 +27,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from codegen import checks, pipeline  # noqa: E402
+from codegen import checks, pipeline, tuning  # noqa: E402
 from codegen import tune as tn  # noqa: E402
-from codegen import tuning  # noqa: E402
 from codegen.devices import peak_for  # noqa: E402
 
 

@@ -275,8 +275,8 @@ def test_sustained_entries_decide_the_embedded_config():
     from codegen import tuning
 
     def entry(params, ms, **more):
-        return dict(dict(backend="triton", bucket=[8192], dtype="bfloat16", fixed={}, jax_version="0.11.2",
-                         kernel_sha="s", params=params, status="pass", ms=ms), **more)
+        return {"backend": "triton", "bucket": [8192], "dtype": "bfloat16", "fixed": {}, "jax_version": "0.11.2",
+                "kernel_sha": "s", "params": params, "status": "pass", "ms": ms, **more}
 
     alone = [entry({"b": 1}, 1.0), entry({"b": 2}, 1.2)]
     # Under load b=2 beats the reference by more, though its time alone (and under load) is longer:
