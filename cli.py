@@ -245,6 +245,9 @@ def bench(
     meta = {"device": info["device"], "jax_version": info["jax_version"], "kspec_version": version,
             "date": datetime.date.today().isoformat(), "seed": seed, "samples": samples, "roofline": roofline}
     typer.echo(bn.markdown(rows, meta=meta))
+    for r in rows:
+        if r["status"] == "fail" and r.get("ms") is not None:  # timed, but below the case's min_speedup
+            typer.echo(f"{r['kernel']}[{r['backend']}] {r['case']} {r['dtype']}: {r['message']}")
     for (name, why), n in sorted(Counter((r["backend"], r["message"]) for r in skipped).items()):
         typer.echo(f"skipped {n} {name} task(s): {why}")
     if json_path:

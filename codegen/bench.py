@@ -43,13 +43,18 @@ COLUMNS = ("kernel", "backend", "case", "dtype", "ms (p10-p90)", "XLA ms", "spee
 
 
 def _speedup(r: dict) -> str:
-    """The median of the per-round ratios, with its 95% interval (reports from before it: the ratio alone)."""
+    """The median of the per-round ratios, with its 95% interval (reports from before it: the ratio alone),
+    and the case's min_speedup when it has one: `< min 1.2` when the whole interval is below it."""
     ci = r.get("speedup_ci95")
-    return f"{r['speedup']:.3f}x" + (f" ({ci[0]:.3f}-{ci[1]:.3f})" if ci else "")
+    text = f"{r['speedup']:.3f}x" + (f" ({ci[0]:.3f}-{ci[1]:.3f})" if ci else "")
+    least = r.get("min_speedup")
+    if least is not None:
+        text += f" {'<' if ci and ci[1] < least else '>='} min {least:g}"
+    return text
 
 
 def row(r: dict) -> tuple:
-    if r["status"] != "pass":
+    if r.get("ms") is None:  # not timed: the status, and why in the last column
         blank = ("",) * (len(COLUMNS) - 6)  # the figures' columns, between status and the message
         return (r["kernel"], r["backend"], r["case"], r["dtype"], r["status"], *blank,
                 r["message"].splitlines()[0][:80] if r["message"] else "")
@@ -112,7 +117,7 @@ def plot(rows: list, path: str) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    done = [r for r in rows if r["status"] == "pass"]
+    done = [r for r in rows if r.get("ms") is not None]  # timed, including any below its min_speedup
     kernels = sorted({r["kernel"] for r in done})
     cols = min(PLOT_COLUMNS, max(len(kernels), 1))
     grid_rows = max(-(-len(kernels) // cols), 1)

@@ -140,7 +140,22 @@ def bench(task, prep, check_outputs) -> dict:
         floor = max(_floors(peak, compute, flops, nbytes))
         figures["roofline_pct"] = 100 * floor / seconds
         figures["ref_roofline_pct"] = 100 * floor / (r["median_ms"] / 1e3)
+    least = min_speedup(prep.case.min_speedup, device.device_kind)
+    if least is not None:  # the case's floor: failed only when the whole interval is below it
+        figures["min_speedup"] = least
+        if speedup_hi < least:
+            verdict = dict(verdict, status="fail", message=(
+                f"too slow: speedup {speedup:.3f}x ({speedup_lo:.3f}-{speedup_hi:.3f}) is below the case's "
+                f"min_speedup {least:g}"))
     return dict(verdict, seconds=round(time.monotonic() - start, 3), **figures)
+
+
+def min_speedup(declared, device_kind: str):
+    """A case's `min_speedup` on this device: the number itself, or the value of the first key of a
+    mapping that the device kind starts with; None where none applies."""
+    if not isinstance(declared, dict):
+        return declared
+    return next((v for k, v in declared.items() if device_kind.startswith(k)), None)
 
 
 def _floors(peak, compute, flops, nbytes) -> tuple:

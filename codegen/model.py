@@ -244,6 +244,7 @@ class Case:
     params: Mapping[str, Any]
     tolerance: Mapping[str, Mapping[str, float]]
     loc: Location
+    min_speedup: Any = None  # bench: the least speedup to measure, or {device kind prefix: it}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -552,7 +553,7 @@ class _Builder:
         out = []
         for i, case in enumerate(raw or []):
             here = (key, i)
-            dims = {k: v for k, v in case.items() if k not in ("name", "dtype", "params", "tolerance")}
+            dims = {k: v for k, v in case.items() if k not in ("name", "dtype", "params", "tolerance", "min_speedup")}
             out.append(
                 Case(
                     case.get("name") or f"{'bench' if key == 'bench' else 'case'}{i}",
@@ -561,6 +562,7 @@ class _Builder:
                     dict(case.get("params") or {}),
                     dict(case.get("tolerance") or {}),
                     self.doc.loc(here),
+                    case.get("min_speedup"),
                 )
             )
         return tuple(out)

@@ -98,3 +98,49 @@ def test_untimed_row_keeps_the_columns_and_shows_why():
     assert len(line) == len(bench.COLUMNS)
     assert line[4] == "fail" and line[-1] == "not timed, wrong result: 3 of 8 elements differ"
     assert set(line[5:-1]) == {""}
+
+
+def test_min_speedup_fails_a_case_whose_whole_interval_is_below_it(tmp_path):
+    # Interpret mode on a CPU runs far slower than XLA: a floor of 1000x cannot be met, one of 1e-6 is.
+    spec = (ROOT / "specs" / "add.yaml").read_text()
+    head, _, tail = spec.partition("bench:\n")
+    tail = tail.split("backends:", 1)[1]
+    # A mapping holds a floor per device kind (its start): the first key that matches decides.
+    cases = ("bench:\n  - {name: floor_high, M: 64, N: 256, dtype: float32, min_speedup: 1000}\n"
+             "  - {name: floor_low, M: 64, N: 256, dtype: float32, min_speedup: 1.0e-6}\n"
+             "  - {name: elsewhere, M: 64, N: 256, dtype: float32, min_speedup: {NVIDIA H200: 1000}}\n"
+             "  - {name: here, M: 64, N: 256, dtype: float32, min_speedup: {NVIDIA H200: 1.0e-6, cp: 1000}}\n")
+    small = tmp_path / "src" / "add.yaml"
+    small.parent.mkdir()
+    small.write_text(head + cases + "backends:" + tail)
+    (tmp_path / "p").mkdir()
+    root = project(tmp_path / "p", small)
+    report = tmp_path / "b.json"
+    rc, out, err = kspec("bench", "--backend", "interpret", "--samples", "3", "--seed", "3", "--json", report, cwd=root)
+    assert rc == 1, out + err
+    rows = {r["case"]: r for r in json.loads(report.read_text())["results"]}
+    high, low = rows["floor_high"], rows["floor_low"]
+    assert high["status"] == "fail" and high["min_speedup"] == 1000 and high["ms"] > 0
+    lo, hi = high["speedup_ci95"]
+    assert high["message"] == (f"too slow: speedup {high['speedup']:.3f}x ({lo:.3f}-{hi:.3f}) is below the "
+                               "case's min_speedup 1000")
+    assert f"add[interpret] floor_high float32: {high['message']}" in out
+    assert f"| {high['speedup']:.3f}x ({lo:.3f}-{hi:.3f}) < min 1000 |" in out
+    assert low["status"] == "pass" and low["min_speedup"] == 1e-6
+    assert "| floor_low | float32 |" in out and ">= min 1e-06 |" in out
+    assert rows["elsewhere"]["status"] == "pass" and "min_speedup" not in rows["elsewhere"]
+    assert rows["here"]["status"] == "fail" and rows["here"]["min_speedup"] == 1000
+    assert "2 passed, 2 failed, 0 errors, 0 skipped" in out
+
+
+def test_min_speedup_is_a_positive_number(tmp_path):
+    spec = (ROOT / "specs" / "add.yaml").read_text()
+    head, _, tail = spec.partition("bench:\n")
+    bad = tmp_path / "specs" / "add.yaml"
+    bad.parent.mkdir()
+    bad.write_text(head + "bench:\n  - {name: b, M: 64, N: 256, min_speedup: 0}\nbackends:" + tail.split("backends:", 1)[1])
+    rc, out, err = kspec("check", "specs/add.yaml", cwd=tmp_path)
+    assert rc == 2
+    row = bad.read_text().splitlines().index("  - {name: b, M: 64, N: 256, min_speedup: 0}") + 1
+    assert (f"specs/add.yaml:{row}:43: error[E203]: bench.0.min_speedup must be a number above 0, or a "
+            "mapping from device kind to such a number") in out + err
