@@ -237,10 +237,14 @@ class _Builder:
             "null": self._constructor.construct_yaml_null,
         }[kind]
         try:
-            return construct(node)
+            out = construct(node)
         except (ValueError, OverflowError):
             self.errors.append(Diagnostic("E203", f"`{value}` is not a valid {kind}", loc))
             return None
+        if out != out:  # .nan: no bound, tolerance or floor can be checked against it
+            self.errors.append(Diagnostic("E203", f"`{value}` is not a number: a spec's numbers may not be NaN", loc))
+            return None
+        return out
 
     def _bad_tag(self, node, loc: Location) -> None:
         self.errors.append(

@@ -89,6 +89,7 @@ REJECTED = {
     "grid_deep_parens": (mutate(V, (GRID, 'grid: ["' + "(" * 300 + "N" + ")" * 300 + '"]')), "10:209: error[E300]"),
     "grid_float": (mutate(V, ("  bs: 8", "  bs: 8.5")), "10:8: error[E303]"),
     "grid_infinite": (mutate(V, ("  bs: 8", "  bs: 1e99999")), "10:8: error[E303]"),
+    "param_nan": (mutate(V, ("  bs: 8", "  bs: .nan")), "5:7: error[E203]"),
     "grid_boolean": (mutate(V, (GRID, 'grid: ["N > 2"]')), "10:8: error[E303]"),
     "body_deep_parens": (mutate(V, ("o_ref[...] = x_ref[...] * 2", "o_ref[...] = " + "(" * 300 + "1" + ")" * 300)), "15:216: error[E600]"),
     "body_import": (mutate(V, ("o_ref[...] = x_ref[...] * 2", "import subprocess_tools\n  o_ref[...] = 1")), "15:3: error[E601]"),
@@ -115,6 +116,14 @@ def test_rejected(name, kspec, write_spec, tmp_path):
     assert not (tmp_path / "MARKER").exists()
     if name in BOMBS:
         assert elapsed < 2.0, f"{name} took {elapsed:.2f}s"
+
+
+def test_nan_is_refused_where_it_is_written(kspec, write_spec):
+    path = write_spec(mutate(V, ("  bs: 8", "  bs: .NaN")))
+    r = kspec("check", path)
+    assert r.rc == 2
+    assert r.out.splitlines()[0] == (f"{path.as_posix()}:5:7: error[E203]: `.NaN` is not a number: a spec's "
+                                     "numbers may not be NaN")
 
 
 def test_huge_grid_is_checked_fast(kspec, write_spec, tmp_path):
