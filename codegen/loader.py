@@ -10,6 +10,7 @@ scalar length are bounded so that hostile input fails fast.
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
 from pathlib import Path
 from typing import Any
@@ -241,7 +242,7 @@ class _Builder:
         except (ValueError, OverflowError):
             self.errors.append(Diagnostic("E203", f"`{value}` is not a valid {kind}", loc))
             return None
-        if out != out:  # .nan: no bound, tolerance or floor can be checked against it
+        if isinstance(out, float) and math.isnan(out):  # no bound, tolerance or floor can be checked against it
             self.errors.append(Diagnostic("E203", f"`{value}` is not a number: a spec's numbers may not be NaN", loc))
             return None
         return out
