@@ -91,14 +91,14 @@ def main() -> int:
     rows = {}
     for name, ts in times.items():
         ms = statistics.median(ts) * 1e3
-        speedup, lo, hi = timing.median_ci(timing.paired(times["xla"], ts))
+        speedup, lo, hi = timing.ratio(times["xla"], ts)
         rows[name] = {"ms": ms, "tflops": flops / (ms / 1e3) / 1e12, "vs_xla": speedup, "vs_xla_ci95": [lo, hi],
                       "rel_err": errors[name], "samples_ms": [t * 1e3 for t in ts]}
         print(f"{name:36s} {ms:7.3f} ms {rows[name]['tflops']:6.1f} TFLOP/s  vs XLA {speedup:.3f}x "
               f"({lo:.3f}-{hi:.3f})  rel err {errors[name]:.1e}")
     for name in [k for k in times if k.startswith("hopper")]:
         for mine in [k for k in times if k.startswith("kspec")]:
-            r, lo, hi = timing.median_ci(timing.paired(times[name], times[mine]))
+            r, lo, hi = timing.ratio(times[name], times[mine])
             rows[mine].setdefault("vs", {})[name] = {"ratio": r, "ci95": [lo, hi]}
             print(f"{mine} vs {name}: {r:.3f}x ({lo:.3f}-{hi:.3f})")
     for name, why in failed.items():
