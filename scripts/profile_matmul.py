@@ -1,0 +1,70 @@
+"""Hardware counters of the 8192³ bf16 matmuls: XLA's (cuBLAS), kspec's and jax's own Hopper matmul.
+
+Compiles and checks each matmul first, then runs each once between `cuProfilerStart` and
+`cuProfilerStop`, so that Nsight Compute, started with `--profile-from-start off`, profiles those
+calls and none of XLA's autotuning or the warm-up:
+
+    ncu --profile-from-start off --clock-control none --set full -o OUT/matmul \\
+        python3 scripts/profile_matmul.py [--size 8192]
+    ncu -i OUT/matmul.ncu-rep --page details --csv > OUT/matmul-details.csv
+
+(`--clock-control none` leaves the clocks alone: by default ncu locks them to the base clock.)
+Without ncu it runs the same calls and prints which ran. Needs a Hopper GPU; the repo root on PYTHONPATH.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+
+def _profiler(cuda, on: bool) -> int:
+    """Start or stop the profiler on the device's primary context (jax's), from this thread."""
+    ctx = ctypes.c_void_p()
+    cuda.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), 0)
+    cuda.cuCtxSetCurrent(ctx)
+    return cuda.cuProfilerStart() if on else cuda.cuProfilerStop()
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--size", type=int, default=8192)
+    args = parser.parse_args()
+
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    from generated.matmul_persistent import matmul_persistent
+    from generated.matmul_pingpong import matmul_pingpong
+    from scripts.bench_hopper_matmul import HOPPER_CONFIGS, hopper
+
+    n = args.size
+    a = jax.random.normal(jax.random.key(1), (n, n), jnp.float32).astype(jnp.bfloat16)
+    b = jax.random.normal(jax.random.key(2), (n, n), jnp.float32).astype(jnp.bfloat16)
+    xla = jax.jit(lambda p, q: jnp.dot(p, q, preferred_element_type=jnp.float32).astype(jnp.bfloat16))
+    name = "hopper 128x256 snake4"
+    impls = {"xla": xla, "kspec matmul_persistent": jax.jit(matmul_persistent),
+             "kspec matmul_pingpong": jax.jit(matmul_pingpong), name: hopper(HOPPER_CONFIGS[name])}
+    want = np.asarray(xla(a, b), np.float32)
+    for label, fn in impls.items():
+        got = np.asarray(fn(a, b), np.float32)
+        err = float(np.linalg.norm(got - want) / np.linalg.norm(want))
+        print(f"{label}: compiled, relative error {err:.1e}", flush=True)
+        for _ in range(3):
+            jax.block_until_ready(fn(a, b))
+    cuda = ctypes.CDLL("libcuda.so.1")
+    print("cuProfilerStart:", _profiler(cuda, True), flush=True)
+    for label, fn in impls.items():
+        jax.block_until_ready(fn(a, b))
+        print(f"profiled: {label}", flush=True)
+    print("cuProfilerStop:", _profiler(cuda, False), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
