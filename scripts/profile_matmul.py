@@ -1,8 +1,9 @@
 """Hardware counters of the 8192³ bf16 matmuls: XLA's (cuBLAS), kspec's and jax's own Hopper matmul.
 
-Compiles and checks each matmul first, then runs each once between `cuProfilerStart` and
-`cuProfilerStop`, so that Nsight Compute, started with `--profile-from-start off`, profiles those
-calls and none of XLA's autotuning or the warm-up:
+XLA's is profiled twice: as the issue's competitor (`jnp.dot` with float32 accumulation, then cast
+to bf16) and as a plain `jnp.dot` of bf16 arrays ("xla bf16 out"). Compiles and checks each first,
+then runs each once between `cuProfilerStart` and `cuProfilerStop`, so that Nsight Compute, started
+with `--profile-from-start off`, profiles those calls and none of XLA's autotuning or the warm-up:
 
     ncu --profile-from-start off --clock-control none --set full -o OUT/matmul \\
         python3 scripts/profile_matmul.py [--size 8192]
@@ -33,6 +34,7 @@ def _profiler(cuda, on: bool) -> int:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--size", type=int, default=8192)
+    parser.add_argument("--only", action="append", help="Profile only these (repeatable), e.g. 'xla'.")
     args = parser.parse_args()
 
     import jax
@@ -48,8 +50,11 @@ def main() -> int:
     b = jax.random.normal(jax.random.key(2), (n, n), jnp.float32).astype(jnp.bfloat16)
     xla = jax.jit(lambda p, q: jnp.dot(p, q, preferred_element_type=jnp.float32).astype(jnp.bfloat16))
     name = "hopper 128x256 snake4"
-    impls = {"xla": xla, "kspec matmul_persistent": jax.jit(matmul_persistent),
+    impls = {"xla": xla, "xla bf16 out": jax.jit(lambda p, q: jnp.dot(p, q)),
+             "kspec matmul_persistent": jax.jit(matmul_persistent),
              "kspec matmul_pingpong": jax.jit(matmul_pingpong), name: hopper(HOPPER_CONFIGS[name])}
+    if args.only:
+        impls = {k: v for k, v in impls.items() if k in args.only}
     want = np.asarray(xla(a, b), np.float32)
     for label, fn in impls.items():
         got = np.asarray(fn(a, b), np.float32)
