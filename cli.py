@@ -264,7 +264,11 @@ def bench(
 @app.command()
 def tune(
     paths: Optional[List[Path]] = PathsArg,
-    backend: Optional[List[str]] = typer.Option(None, "--backend", "-b", help="Only these backends (repeatable)."),
+    backend: Optional[List[str]] = typer.Option(
+        None, "--backend", "-b",
+        help="Only these backends (repeatable; default: every backend this machine runs, but interpret mode only "
+             "on a CPU-only machine, since its times say nothing about an accelerator).",
+    ),
     case: Optional[List[str]] = typer.Option(None, "--case", help="Only bench cases with these names (repeatable)."),
     strategy: str = typer.Option(
         "exhaustive", "--strategy",
@@ -294,7 +298,6 @@ def tune(
     from codegen import checks
     from codegen import tune as tn
     from codegen import tuning as tg
-    from codegen.backends import BACKENDS
 
     if strategy not in tn.STRATEGIES:
         typer.echo("error: --strategy must be exhaustive, random or guided", err=True)
@@ -311,8 +314,7 @@ def tune(
             done = store.done()
             suite, chosen = ("bench", spec.bench) if spec.bench else ("cases", spec.cases)
             for name, variant in spec.variants.items():
-                runnable = info["platform"] in BACKENDS[name].platforms
-                if (backend and name not in backend) or not runnable or not any(p.choices for p in variant.params):
+                if not _tuned_here(name, backend, info["platform"]) or not any(p.choices for p in variant.params):
                     continue
                 for i, c in enumerate(chosen):
                     if case and c.name not in case:
@@ -329,6 +331,19 @@ def tune(
         session.close()
     typer.echo("run `kspec generate` to embed the tuned configs in generated/")
     raise typer.Exit(1 if failed else 0)
+
+
+def _tuned_here(name: str, requested, platform: str) -> bool:
+    """Whether `kspec tune` tunes backend `name` on this platform: the backends named with --backend,
+    else every backend the platform runs, except interpret mode off the CPU (its times say nothing
+    about the kernel on the accelerator; name it to tune it anyway)."""
+    from codegen.backends import BACKENDS
+
+    if platform not in BACKENDS[name].platforms:
+        return False
+    if requested:
+        return name in requested
+    return name != "interpret" or platform == "cpu"
 
 
 def _tune_case(session, store, done, spec, variant, index, case, assign, suite, out_root, info,

@@ -473,8 +473,9 @@ class _Context:
         from . import tuning
 
         table = []
+        choices = {b: {p.name: p.choices for p in v.params if p.choices} for b, v in self.spec.variants.items()}
         for device_kind, entries in sorted(tuned.items()):
-            for (backend, dtype, bucket, fixed), params in tuning.best(entries, self.spec.kernel_sha).items():
+            for (backend, dtype, bucket, fixed), params in tuning.best(entries, self.spec.kernel_sha, choices).items():
                 if backend in self.spec.variants:
                     table.append((repr((device_kind, backend, dtype, bucket, fixed)), repr(params)))
         defaults = [

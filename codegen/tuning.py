@@ -4,9 +4,10 @@ Each file holds every trial of one kernel on one device kind, appended (atomical
 rewritten) as results come, so a stopped run resumes where it was. An entry is keyed
 by backend, shape bucket, dtype, jax version, kernel hash, params and how it was timed
 (alone, or `load: "sustained"` against the reference: `kspec tune --sustained`); the
-kernel hash covers what decides the generated code (not docs, cases or tolerances), and
-entries whose hash differs from the spec's are stale: `kspec check` reports them and
-codegen ignores them.
+kernel hash covers what decides the generated code (not docs, cases or tolerances, nor which
+values a param offers the tuner), and entries whose hash differs from the spec's are stale:
+`kspec check` reports them and codegen ignores them. An entry tuned with a value the spec no
+longer offers is kept but not embedded.
 """
 
 from __future__ import annotations
@@ -23,9 +24,30 @@ from .writer import atomic_write
 _NOT_KERNEL = ("doc", "cases", "bench", "tolerance", "vjp")
 
 
+def _params_view(params):
+    """A params mapping as the kernel sees it: each param's doc dropped, and its choices reduced to whether
+    it has any. Offering more or fewer values leaves every recorded entry's kernel as it was; `best` skips
+    the entries whose values are no longer offered."""
+    if not isinstance(params, dict):
+        return params
+    view = {}
+    for name, p in params.items():
+        if isinstance(p, dict):
+            p = {k: (True if k == "choices" else v) for k, v in p.items() if k != "doc"}
+        view[name] = p
+    return view
+
+
 def kernel_sha(data: dict) -> str:
     """Hash of the spec parts that decide the generated kernel code."""
     kept = {k: v for k, v in data.items() if k not in _NOT_KERNEL}
+    if "params" in kept:
+        kept["params"] = _params_view(kept["params"])
+    if isinstance(kept.get("backends"), dict):
+        kept["backends"] = {
+            b: ({**v, "params": _params_view(v["params"])} if isinstance(v, dict) and "params" in v else v)
+            for b, v in kept["backends"].items()
+        }
     text = json.dumps(kept, sort_keys=True, separators=(",", ":"), default=str)
     return hashlib.sha256(text.encode()).hexdigest()
 
@@ -107,14 +129,22 @@ def tables(root: Path, kernel: str) -> dict:
     return out
 
 
-def best(entries: list, sha: str) -> dict:
+def offered(entry: dict, choices: dict) -> bool:
+    """Whether the spec still offers every value the entry was tuned with; choices is
+    {backend: {param: values}} (a backend or param missing from it restricts nothing)."""
+    allowed = choices.get(entry["backend"], {})
+    return all(name not in allowed or value in allowed[name] for name, value in entry["params"].items())
+
+
+def best(entries: list, sha: str, choices: dict | None = None) -> dict:
     """{(backend, dtype, bucket, fixed): params} of the fastest passing, current entry per key.
 
     Where a key has sustained entries, the fastest of those wins (they rank configs under the
-    clocks that applications run at); times taken alone are not compared with them."""
+    clocks that applications run at); times taken alone are not compared with them. With
+    `choices` ({backend: {param: values}}), entries tuned with a value no longer offered are skipped."""
     chosen: dict = {}
     for e in entries:
-        if e.get("kernel_sha") != sha or cost(e) is None:
+        if e.get("kernel_sha") != sha or cost(e) is None or (choices and not offered(e, choices)):
             continue
         k = (e["backend"], e["dtype"], tuple(e["bucket"]), fixed(e))
         rank = (how_timed(e) != "sustained", cost(e))

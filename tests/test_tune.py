@@ -288,3 +288,46 @@ def test_sustained_entries_decide_the_embedded_config():
     assert tuning.best(alone + sustained, "s") == {("triton", "bfloat16", (8192,), ()): {"b": 2}}
     assert tuning.key(alone[0]) != tuning.key(sustained[0])
     assert [tuning.cost(e) for e in sustained] == [1 / 1.05, 1 / 1.08, None]
+
+
+def test_offering_other_values_keeps_the_tuning_and_embeds_only_what_is_offered(tmp_path):
+    """A param's choices and doc do not decide the kernel: editing them keeps the recorded entries
+    (no W900), and an entry tuned with a value no longer offered is not embedded. Its default does
+    decide (the entries go stale)."""
+    proj = project(tmp_path)
+    # One real trial, for an entry as `kspec tune` records it (its kernel hash, its keys); then a
+    # table of three passing configs made from it.
+    kspec("tune", "--backend", "interpret", "--strategy", "random", "--budget-trials", "1",
+          "--seed", "2", "--samples", "3", cwd=proj)
+    table = proj / "tuning" / "scale" / "cpu.json"
+    (recorded,) = [e for e in entries(table) if e["status"] != "pruned"]
+    made = [dict(recorded, params={"bm": bm, "bn": 128, "wrong": 0}, status="pass", message="", ms=ms)
+            for bm, ms in ((16, 1.0), (32, 1.5), (8, 2.0))]
+    table.write_text(json.dumps({"kernel": "scale", "device_kind": "cpu", "entries": made}))
+    spec, tuning_py = proj / "specs" / "scale.yaml", proj / "generated" / "scale" / "_tuning.py"
+
+    def embedded():
+        rc, out = kspec("generate", cwd=proj)
+        assert rc == 0, out
+        return re.findall(r"\('cpu', 'interpret', .*?: (\{.*?\}),", tuning_py.read_text())
+
+    assert embedded() == ["{'bm': 16, 'bn': 128, 'wrong': 0}"]
+    spec.write_text(SPEC.replace("bm: {default: 8, choices: [8, 16, 24, 32]}",
+                                 "bm: {default: 8, choices: [8, 24, 32, 64], doc: Rows per block.}"))
+    rc, out = kspec("check", cwd=proj)
+    assert rc == 0 and "W900" not in out, out
+    assert embedded() == ["{'bm': 32, 'bn': 128, 'wrong': 0}"]  # 16 is no longer offered
+    spec.write_text(SPEC.replace("bm: {default: 8, choices: [8, 16, 24, 32]}", "bm: {default: 32, choices: [8, 16, 32]}"))
+    rc, out = kspec("check", cwd=proj)
+    assert "warning[W900]: 3 of 3 tuning entries for cpu were recorded for another version of the kernel" in out
+    assert embedded() == []
+
+
+def test_interpret_mode_is_tuned_off_the_cpu_only_when_named():
+    import cli
+
+    assert cli._tuned_here("interpret", None, "cpu")
+    assert not cli._tuned_here("interpret", None, "gpu")  # its times say nothing about the GPU
+    assert cli._tuned_here("interpret", ["interpret"], "gpu")
+    assert cli._tuned_here("triton", None, "gpu") and not cli._tuned_here("triton", ["mosaic_gpu"], "gpu")
+    assert not cli._tuned_here("triton", ["triton"], "cpu")  # named, but the CPU cannot run it
