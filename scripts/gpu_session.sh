@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
 # One GPU session: everything kspec proves and measures on an NVIDIA GPU.
 #
-#   bash scripts/gpu_session.sh [STEP...]   steps: verify lower tune random bench (default: verify tune)
+#   bash scripts/gpu_session.sh [STEP...]   steps: verify lower tune random bench attention hopper profile
+#                                            (default: verify tune)
 #
 # On the lent GPU machine (jax + CUDA plugin installed, no jsonschema) the jsonschema
 # wheels travel in .whl/ (git-ignored; copy ../shared/wheels-py312/*.whl there). Results
 # go to $OUT (or ./out): verify-gpu.json, tuning.tgz (unpack at the repo root, then
-# `kspec generate` embeds the configs), bench.json, bench.md, bench.png.
+# `kspec generate` embeds the configs), bench.json, bench.md, bench.png, attention.json, hopper.json, and
+# ncu-details.csv / ncu-raw.csv.gz (profile: Nsight Compute over the 8192^3 matmuls, where the machine's
+# runtime lets ncu read the counters; under gVisor it cannot, hence the timeout).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-out}
@@ -45,5 +48,13 @@ for step in ${*:-verify tune}; do
             tar czf "$OUT/tuning-random.tgz" -C /tmp random ;;
     bench) kspec bench --backend triton --backend mosaic_gpu --measure-ceilings --samples 30 \
              --json "$OUT/bench.json" --markdown "$OUT/bench.md" --plot "$OUT/bench.png" 2>/dev/null ;;
+    attention) python3 scripts/bench_attention.py --samples 30 --json "$OUT/attention.json" ;;
+    hopper) python3 scripts/bench_hopper_matmul.py --samples 40 --json "$OUT/hopper.json" ;;
+    profile) NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
+             if [ -z "$NCU" ]; then echo "no ncu on this machine"; continue; fi
+             timeout 300 "$NCU" --profile-from-start off --clock-control none --set full -f -o /tmp/kspec-matmul \
+               python3 scripts/profile_matmul.py | grep -v '^==PROF=='
+             "$NCU" -i /tmp/kspec-matmul.ncu-rep --page details --csv > "$OUT/ncu-details.csv"
+             "$NCU" -i /tmp/kspec-matmul.ncu-rep --page raw --csv | gzip -c > "$OUT/ncu-raw.csv.gz" ;;
   esac
 done
