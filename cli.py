@@ -395,10 +395,10 @@ def _tune_case(session, store, done, spec, variant, index, case, assign, suite, 
             tried.setdefault(tn.key(cfg), None)
         started += len(todo)
         todo = next_batch(tried)
+    offered = tg.choices_of({variant.backend: variant})
     current = [e for e in store.entries if e["backend"] == variant.backend and e["dtype"] == label
                and e["bucket"] == base["bucket"] and tg.fixed(e) == tg.fixed(base)
-               and e["kernel_sha"] == spec.kernel_sha and tg.cost(e) is not None
-               and tg.how_timed(e) == tg.how_timed(base)]
+               and tg.usable(e, spec.kernel_sha, offered) and tg.how_timed(e) == tg.how_timed(base)]
     if not current:
         typer.echo("  no config passed")
         return True

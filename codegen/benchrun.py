@@ -44,10 +44,12 @@ def tuned_params(task, prep) -> dict:
     return dict(prep.params, **tuning.resolve(task.backend, prep.inputs, dims, given, untuned))
 
 
-def _input_sets(task, prep, copies: int) -> list:
-    """The task's inputs and copies - 1 more sets of fresh random data of the same shapes."""
+def _input_sets(task, prep, l2_bytes: int) -> list:
+    """The task's inputs and enough more sets of fresh random data of the same shapes that together
+    they exceed the L2 (timing.copies_needed)."""
     import jax
 
+    copies = timing.copies_needed(_nbytes(prep.inputs), l2_bytes)
     return [prep.inputs] + [
         [jax.random.normal(jax.random.key(task.seed + c * 7919 + i), x.shape).astype(x.dtype)
          if jax.numpy.issubdtype(x.dtype, jax.numpy.floating) else x
@@ -83,8 +85,8 @@ def bench(task, prep, check_outputs) -> dict:
         bandwidth, tflops = task.ceilings
         table = {d: tflops for d in ("bfloat16", "float16")}
         peak = Peak("measured", table, bandwidth, peak.l2_bytes if peak else 0)
-    copies = timing.copies_needed(_nbytes(prep.inputs), peak.l2_bytes if peak else 0)
-    arg_sets = _input_sets(task, prep, copies)
+    arg_sets = _input_sets(task, prep, peak.l2_bytes if peak else 0)
+    copies = len(arg_sets)
     compiled_k, compile_k = _compile(kernel, prep.inputs)
     compiled_r, compile_r = _compile(reference, prep.inputs)
     flops, trans, nbytes = work(prep, outs)
@@ -242,7 +244,7 @@ def tune(task, prep, check_outputs, describe):
     loaded = False  # sustained: the device has been held under load
     if task.sustained:
         peak = peak_for(jax.devices()[0].device_kind)
-        arg_sets = _input_sets(task, prep, timing.copies_needed(_nbytes(prep.inputs), peak.l2_bytes if peak else 0))
+        arg_sets = _input_sets(task, prep, peak.l2_bytes if peak else 0)
 
         def reference_for(p) -> object:
             key = tuple(sorted(p.ref_params.items()))

@@ -473,7 +473,7 @@ class _Context:
         from . import tuning
 
         table = []
-        choices = {b: {p.name: p.choices for p in v.params if p.choices} for b, v in self.spec.variants.items()}
+        choices = tuning.choices_of(self.spec.variants)
         for device_kind, entries in sorted(tuned.items()):
             for (backend, dtype, bucket, fixed), params in tuning.best(entries, self.spec.kernel_sha, choices).items():
                 if backend in self.spec.variants:

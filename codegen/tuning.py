@@ -129,6 +129,11 @@ def tables(root: Path, kernel: str) -> dict:
     return out
 
 
+def choices_of(variants: dict) -> dict:
+    """{backend: {param: the values it offers}} of a spec's variants ({backend: Variant})."""
+    return {b: {p.name: p.choices for p in v.params if p.choices} for b, v in variants.items()}
+
+
 def offered(entry: dict, choices: dict) -> bool:
     """Whether the spec still offers every value the entry was tuned with; choices is
     {backend: {param: values}} (a backend or param missing from it restricts nothing)."""
@@ -136,15 +141,20 @@ def offered(entry: dict, choices: dict) -> bool:
     return all(name not in allowed or value in allowed[name] for name, value in entry["params"].items())
 
 
+def usable(entry: dict, sha: str, choices: dict | None = None) -> bool:
+    """Whether an entry can be embedded: it passed, was timed, is for this version of the kernel and,
+    with `choices` (`choices_of`), was tuned with values the spec still offers."""
+    return entry.get("kernel_sha") == sha and cost(entry) is not None and (not choices or offered(entry, choices))
+
+
 def best(entries: list, sha: str, choices: dict | None = None) -> dict:
-    """{(backend, dtype, bucket, fixed): params} of the fastest passing, current entry per key.
+    """{(backend, dtype, bucket, fixed): params} of the fastest usable entry per key.
 
     Where a key has sustained entries, the fastest of those wins (they rank configs under the
-    clocks that applications run at); times taken alone are not compared with them. With
-    `choices` ({backend: {param: values}}), entries tuned with a value no longer offered are skipped."""
+    clocks that applications run at); times taken alone are not compared with them."""
     chosen: dict = {}
     for e in entries:
-        if e.get("kernel_sha") != sha or cost(e) is None or (choices and not offered(e, choices)):
+        if not usable(e, sha, choices):
             continue
         k = (e["backend"], e["dtype"], tuple(e["bucket"]), fixed(e))
         rank = (how_timed(e) != "sustained", cost(e))

@@ -44,22 +44,17 @@ def hopper(config: dict):
     return jax.jit(functools.partial(hm.matmul, c=None, config=cfg))
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--size", type=int, default=8192)
-    parser.add_argument("--samples", type=int, default=40)
-    parser.add_argument("--json", type=Path)
-    args = parser.parse_args()
-
+def checked_matmuls(n: int, only=None) -> tuple:
+    """(calls, errors, failed) for the n^3 bf16 matmuls, each checked against XLA's first: calls
+    {name: a no-argument call on shared inputs} of those that ran right, errors {name: relative error},
+    failed {name: why not}. `only` keeps the names it lists."""
     import jax
     import jax.numpy as jnp
     import numpy as np
 
-    from codegen import timing
     from generated.matmul_persistent import matmul_persistent
     from generated.matmul_pingpong import matmul_pingpong
 
-    n = args.size
     a = jax.random.normal(jax.random.key(1), (n, n), jnp.float32).astype(jnp.bfloat16)
     b = jax.random.normal(jax.random.key(2), (n, n), jnp.float32).astype(jnp.bfloat16)
     xla = jax.jit(lambda p, q: jnp.dot(p, q, preferred_element_type=jnp.float32).astype(jnp.bfloat16))
@@ -67,15 +62,17 @@ def main() -> int:
     # What XLA makes of the issue's competitor (f32 accumulate, bf16 out): a cuBLAS call that writes
     # float32, then a convert kernel. `jnp.dot` of two bf16 arrays also accumulates in float32 on the
     # GPU but has cuBLAS write bf16 itself: one kernel. Both are timed; ratios are to the first.
-    xla_bf16 = jax.jit(lambda p, q: jnp.dot(p, q))
-    impls = {"xla": xla, "xla bf16 out": xla_bf16, "kspec matmul_persistent": jax.jit(matmul_persistent),
-             "kspec matmul_pingpong": jax.jit(matmul_pingpong)}
+    impls = {"xla": xla, "xla bf16 out": jax.jit(lambda p, q: jnp.dot(p, q)),
+             "kspec matmul_persistent": jax.jit(matmul_persistent), "kspec matmul_pingpong": jax.jit(matmul_pingpong)}
     failed = {}
     for name, config in HOPPER_CONFIGS.items():
         try:
             impls[name] = hopper(config)
         except Exception as e:  # noqa: BLE001 - a config this jax does not take is reported, not fatal
             failed[name] = f"{type(e).__name__}: {str(e)[:200]}"
+    if only:
+        impls = {k: v for k, v in impls.items() if k in only}
+        failed = {k: why for k, why in failed.items() if k in only}
     calls, errors = {}, {}
     for name, fn in impls.items():
         try:
@@ -88,6 +85,22 @@ def main() -> int:
             failed[name] = f"wrong result: relative error {errors[name]:.2e}"
             continue
         calls[name] = functools.partial(fn, a, b)
+    return calls, errors, failed
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--size", type=int, default=8192)
+    parser.add_argument("--samples", type=int, default=40)
+    parser.add_argument("--json", type=Path)
+    args = parser.parse_args()
+
+    import jax
+
+    from codegen import timing
+
+    n = args.size
+    calls, errors, failed = checked_matmuls(n)
     times = timing.sample(calls, samples=args.samples, warm_s=2.0)
     flops = 2 * n**3
     device = jax.devices()[0].device_kind

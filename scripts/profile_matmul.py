@@ -22,6 +22,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+# What is profiled unless --only says otherwise: XLA's two forms, kspec's two matmuls, jax's Hopper matmul.
+PROFILED = ("xla", "xla bf16 out", "kspec matmul_persistent", "kspec matmul_pingpong", "hopper 128x256 snake4")
+
 
 def _profiler(cuda, on: bool) -> int:
     """Start or stop the profiler on the device's primary context (jax's), from this thread."""
@@ -38,34 +41,20 @@ def main() -> int:
     args = parser.parse_args()
 
     import jax
-    import jax.numpy as jnp
-    import numpy as np
 
-    from generated.matmul_persistent import matmul_persistent
-    from generated.matmul_pingpong import matmul_pingpong
-    from scripts.bench_hopper_matmul import HOPPER_CONFIGS, hopper
+    from scripts.bench_hopper_matmul import checked_matmuls
 
-    n = args.size
-    a = jax.random.normal(jax.random.key(1), (n, n), jnp.float32).astype(jnp.bfloat16)
-    b = jax.random.normal(jax.random.key(2), (n, n), jnp.float32).astype(jnp.bfloat16)
-    xla = jax.jit(lambda p, q: jnp.dot(p, q, preferred_element_type=jnp.float32).astype(jnp.bfloat16))
-    name = "hopper 128x256 snake4"
-    impls = {"xla": xla, "xla bf16 out": jax.jit(lambda p, q: jnp.dot(p, q)),
-             "kspec matmul_persistent": jax.jit(matmul_persistent),
-             "kspec matmul_pingpong": jax.jit(matmul_pingpong), name: hopper(HOPPER_CONFIGS[name])}
-    if args.only:
-        impls = {k: v for k, v in impls.items() if k in args.only}
-    want = np.asarray(xla(a, b), np.float32)
-    for label, fn in impls.items():
-        got = np.asarray(fn(a, b), np.float32)
-        err = float(np.linalg.norm(got - want) / np.linalg.norm(want))
-        print(f"{label}: compiled, relative error {err:.1e}", flush=True)
+    calls, errors, failed = checked_matmuls(args.size, args.only or PROFILED)
+    for label, call in calls.items():
+        print(f"{label}: compiled, relative error {errors[label]:.1e}", flush=True)
         for _ in range(3):
-            jax.block_until_ready(fn(a, b))
+            jax.block_until_ready(call())
+    for label, why in failed.items():
+        print(f"{label}: not profiled: {why}", flush=True)
     cuda = ctypes.CDLL("libcuda.so.1")
     print("cuProfilerStart:", _profiler(cuda, True), flush=True)
-    for label, fn in impls.items():
-        jax.block_until_ready(fn(a, b))
+    for label, call in calls.items():
+        jax.block_until_ready(call())
         print(f"profiled: {label}", flush=True)
     print("cuProfilerStop:", _profiler(cuda, False), flush=True)
     return 0
