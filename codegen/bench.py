@@ -38,22 +38,39 @@ def _f(value, fmt: str = ".3f") -> str:
     return "-" if value is None else format(value, fmt)
 
 
-COLUMNS = ("kernel", "backend", "case", "dtype", "ms (p10-p90)", "XLA ms", "speedup (95% CI)", "TFLOP/s", "GB/s",
-           "% roofline", "XLA % roofline", "% of copy", "compile s", "params")
+COLUMNS = ("kernel", "backend", "case", "dtype", "ms (p10-p90)", "XLA ms", "speedup (95% CI)", "vs competitors",
+           "TFLOP/s", "GB/s", "% roofline", "XLA % roofline", "% of copy", "compile s", "params")
 
 
 def _speedup(r: dict) -> str:
     """The median of the per-round ratios, with its 95% interval (reports from before it: the ratio alone),
-    and the case's min_speedup when it has one: `< min 1.2` when the worker failed the task on it (the whole
-    interval below), `~ min 1.2` when the median is below but the interval reaches it (not failed, not shown
-    to meet it either), `>= min 1.2` otherwise."""
+    and the case's min_speedup when it has one (_floor_mark)."""
     ci = r.get("speedup_ci95")
     text = f"{r['speedup']:.3f}x" + (f" ({ci[0]:.3f}-{ci[1]:.3f})" if ci else "")
-    least = r.get("min_speedup")
-    if least is not None:  # a timed task fails only on its floor (a wrong result is never timed)
-        mark = "<" if r["status"] == "fail" else (">=" if r["speedup"] >= least else "~")
-        text += f" {mark} min {least:g}"
-    return text
+    return text + _floor_mark(r["speedup"], ci[1] if ci else r["speedup"], r.get("min_speedup"))
+
+
+def _floor_mark(speedup: float, hi: float, least) -> str:
+    """`< min 1.2` when the whole interval is below the floor (the task failed on it), `~ min 1.2` when the
+    median is below but the interval reaches it (not failed, not shown to meet it either), `>= min 1.2`
+    otherwise; nothing without a floor."""
+    if least is None:
+        return ""
+    return f" {'<' if hi < least else '>=' if speedup >= least else '~'} min {least:g}"
+
+
+def _competitors(r: dict) -> str:
+    """The kernel's speedup over each competitor timed here, `; `-separated (those that do not run on
+    this platform left out, those that ran wrong or failed named with their status)."""
+    parts = []
+    for name, c in (r.get("competitors") or {}).items():
+        if c["status"] == "pass":
+            lo, hi = c["speedup_ci95"]
+            parts.append(f"{name} {c['speedup']:.3f}x ({lo:.3f}-{hi:.3f})"
+                         + _floor_mark(c["speedup"], hi, c.get("min_speedup")))
+        elif c["status"] != "skip":
+            parts.append(f"{name}: {c['status']}")
+    return "; ".join(parts) or "-"
 
 
 def row(r: dict) -> tuple:
@@ -64,7 +81,7 @@ def row(r: dict) -> tuple:
     return (
         r["kernel"], r["backend"], r["case"], r["dtype"],
         f"{r['ms']:.3f} ({r['ms_p10']:.3f}-{r['ms_p90']:.3f})",
-        _f(r["ref_ms"]), _speedup(r), _f(r["tflops"], ".1f"), _f(r["gbs"], ".0f"),
+        _f(r["ref_ms"]), _speedup(r), _competitors(r), _f(r["tflops"], ".1f"), _f(r["gbs"], ".0f"),
         _f(r["roofline_pct"], ".0f"), _f(r["ref_roofline_pct"], ".0f"), _f(r["copy_pct"], ".0f"),
         _f(r["compile_s"], ".2f"),
         " ".join(f"{k}={v}" for k, v in sorted(r["params"].items())),

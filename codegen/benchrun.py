@@ -93,6 +93,13 @@ def bench(task, prep, check_outputs) -> dict:
     compute = dt.least_precise(prep.dtypes[o.name] for o in prep.spec.inputs)
     bound = _bound(peak, compute, flops, nbytes)
     calls = {"kernel": timing.rotating(compiled_k, arg_sets), "reference": timing.rotating(compiled_r, arg_sets)}
+    competitors = {}  # name -> its entry in the row, in the spec's order
+    for name, entry in _competitors(task, prep, device.platform, check_outputs):
+        competitors[name] = None  # its place
+        if callable(entry):  # checked and compiled: timed in the same rounds
+            calls[f"competitor:{name}"] = timing.rotating(entry, arg_sets)
+        else:
+            competitors[name] = entry
     if bound != "compute":  # memory-bound, or no peaks to tell: a copy of as many bytes, in the same rounds
         calls["copy"] = _copy_call(nbytes, copies)
     times = timing.sample(calls, samples=task.samples)
@@ -101,6 +108,13 @@ def bench(task, prep, check_outputs) -> dict:
     copy_ms = timing.stats(times["copy"])["median_ms"] if "copy" in times else None
     # Ratios round by round: the two sides of each ran under the same clocks (timing.ratio).
     speedup, speedup_lo, speedup_hi = timing.ratio(times["reference"], times["kernel"])
+    for key in calls:
+        if key.startswith("competitor:"):
+            st = timing.stats(times[key])
+            over, lo, hi = timing.ratio(times[key], times["kernel"])
+            competitors[key.split(":", 1)[1]] = {
+                "status": "pass", "ms": st["median_ms"], "ms_p10": st["p10_ms"], "ms_p90": st["p90_ms"],
+                "speedup": over, "speedup_ci95": [lo, hi]}
     copy_share = ref_copy_share = None
     if copy_ms:
         copy_share = 100 * timing.ratio(times["copy"], times["kernel"])[0]
@@ -135,20 +149,63 @@ def bench(task, prep, check_outputs) -> dict:
         "copy_pct": copy_share,
         "ref_copy_pct": ref_copy_share,
         "params": prep.params,
+        "competitors": competitors,
         "samples_ms": {name: [t * 1e3 for t in ts] for name, ts in times.items()},
     }
     if peak:
         floor = max(_floors(peak, compute, flops, nbytes))
         figures["roofline_pct"] = 100 * floor / seconds
         figures["ref_roofline_pct"] = 100 * floor / (r["median_ms"] / 1e3)
+    too_slow = []
     least = min_speedup(prep.case.min_speedup, device.device_kind)
     if least is not None:  # the case's floor: failed only when the whole interval is below it
         figures["min_speedup"] = least
         if speedup_hi < least:
-            verdict = dict(verdict, status="fail", message=(
+            too_slow.append(
                 f"too slow: speedup {speedup:.3f}x ({speedup_lo:.3f}-{speedup_hi:.3f}) is below the case's "
-                f"min_speedup {least:g}"))
+                f"min_speedup {least:g}")
+    for name, declared in prep.case.min_speedup_over.items():  # floors over competitors, the same way
+        least, entry = min_speedup(declared, device.device_kind), competitors.get(name)
+        if least is None or entry is None or entry["status"] == "skip":
+            continue
+        entry["min_speedup"] = least
+        if entry["status"] != "pass":
+            too_slow.append(f"no speedup over `{name}` to hold to its floor {least:g}: {entry['message']}")
+        elif entry["speedup_ci95"][1] < least:
+            lo, hi = entry["speedup_ci95"]
+            too_slow.append(
+                f"too slow: speedup over `{name}` {entry['speedup']:.3f}x ({lo:.3f}-{hi:.3f}) is below the "
+                f"case's min_speedup_over {name} {least:g}")
+    if too_slow:
+        verdict = dict(verdict, status="fail", message="; ".join(too_slow))
     return dict(verdict, seconds=round(time.monotonic() - start, 3), **figures)
+
+
+def _competitors(task, prep, platform: str, check_outputs):
+    """(name, compiled call) for each of the spec's competitors that runs on this platform and
+    computes what the reference does; (name, its row entry) for the others, with why."""
+    import sys
+
+    import jax
+
+    declared = getattr(sys.modules[prep.ref_fn.__module__], "COMPETITORS", {})
+    for name, (fn, platforms) in declared.items():
+        if platform not in platforms:
+            yield name, {"status": "skip", "message": f"runs on {', '.join(platforms)}, not on {platform}"}
+            continue
+        call = functools.partial(fn, **prep.ref_params)
+        try:
+            outs = jax.block_until_ready(call(*prep.inputs))
+            check = check_outputs(task, prep, outs, 0.0)
+            compiled = _compile(call, prep.inputs)[0] if check["status"] == "pass" else None
+        except Exception as e:  # noqa: BLE001 - a competitor that cannot run here is reported, not fatal
+            lines = str(e).strip().splitlines()
+            yield name, {"status": "error", "message": f"{type(e).__name__}: {lines[0][:200] if lines else ''}"}
+            continue
+        if compiled is None:
+            yield name, {"status": "fail", "message": "not timed, wrong result: " + check["message"]}
+        else:
+            yield name, compiled
 
 
 def min_speedup(declared, device_kind: str):

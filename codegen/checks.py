@@ -224,6 +224,8 @@ def _dtypes(spec: KernelSpec) -> list:
 
 def _code(spec: KernelSpec) -> list:
     out = _parse_code(spec.reference, "reference")
+    for c in spec.competitors:
+        out += _parse_code(c.body, f"competitor `{c.name}`")
     bodies = {v.body.origin: v.body for v in spec.variants.values()}
     for body in bodies.values():
         out += _parse_code(body, "body")
@@ -530,6 +532,13 @@ def _case_bindings(spec: KernelSpec, case: Case) -> list:
     for key in case.params:
         if key not in all_params:
             out.append(Diagnostic("E500", f"case `{case.name}` sets `{key}`, which is not a param", case.loc))
+    competitors = [c.name for c in spec.competitors]
+    for name in case.min_speedup_over:
+        if name not in competitors:
+            out.append(Diagnostic(
+                "E509", f"case `{case.name}`: min_speedup_over names `{name}`, which is not a competitor "
+                f"(competitors: {', '.join(competitors) or 'none'})",
+                case.min_speedup_over_locs.get(name, case.loc), did_you_mean(name, competitors)))
     out += _case_dtypes(spec, case)
     return out
 

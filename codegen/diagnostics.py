@@ -68,6 +68,7 @@ CODES: dict[str, str] = {
     "E506": "shape is not positive",
     "E507": "too many dtype combinations",
     "E508": "grid axis size does not fit in int32",
+    "E509": "min_speedup_over names no competitor",
     "E600": "Python syntax error",
     "E601": "import not allowed in generated code",
     "E701": "TPU block tiling: last two block dims not divisible by (8 x packing, 128)",

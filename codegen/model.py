@@ -245,6 +245,19 @@ class Case:
     tolerance: Mapping[str, Mapping[str, float]]
     loc: Location
     min_speedup: Any = None  # bench: the least speedup to measure, or {device kind prefix: it}
+    min_speedup_over: Mapping[str, Any] = dataclasses.field(default_factory=dict)  # bench: {competitor: floor}
+    min_speedup_over_locs: Mapping[str, Location] = dataclasses.field(default_factory=dict)  # competitor -> its key
+
+
+@dataclasses.dataclass(frozen=True)
+class Competitor:
+    """What a user would run instead of the kernel (`competitors:`): timed beside it by `kspec bench`."""
+
+    name: str
+    body: Code
+    platforms: tuple  # jax platforms it runs on: cpu, gpu, tpu
+    doc: str
+    loc: Location
 
 
 @dataclasses.dataclass(frozen=True)
@@ -272,6 +285,7 @@ class KernelSpec:
     kind: str = "pallas_call"  # or "mesh"
     kind_loc: Location | None = None
     vjp: _vjp.Vjp | None = None  # the `vjp:` section (codegen/vjp.py)
+    competitors: tuple = ()  # of Competitor
 
     @property
     def prefetched(self) -> tuple:
@@ -553,7 +567,8 @@ class _Builder:
         out = []
         for i, case in enumerate(raw or []):
             here = (key, i)
-            dims = {k: v for k, v in case.items() if k not in ("name", "dtype", "params", "tolerance", "min_speedup")}
+            dims = {k: v for k, v in case.items()
+                    if k not in ("name", "dtype", "params", "tolerance", "min_speedup", "min_speedup_over")}
             out.append(
                 Case(
                     case.get("name") or f"{'bench' if key == 'bench' else 'case'}{i}",
@@ -563,9 +578,18 @@ class _Builder:
                     dict(case.get("tolerance") or {}),
                     self.doc.loc(here),
                     case.get("min_speedup"),
+                    dict(case.get("min_speedup_over") or {}),
+                    {k: self.doc.key_loc(here + ("min_speedup_over", k)) for k in case.get("min_speedup_over") or {}},
                 )
             )
         return tuple(out)
+
+    def competitors(self, raw: Mapping | None) -> tuple:
+        return tuple(
+            Competitor(name, self.code(("competitors", name, "body")), tuple(c.get("platforms") or ("cpu", "gpu", "tpu")),
+                       str(c.get("doc", "")).strip(), self.doc.key_loc(("competitors", name)))
+            for name, c in (raw or {}).items()
+        )
 
     def constraints(self, raw: list) -> tuple:
         out = []
@@ -620,6 +644,7 @@ def build(doc: Document) -> KernelSpec:
         kind=data.get("kind", "pallas_call"),
         kind_loc=doc.loc(("kind",)) if "kind" in data else None,
         vjp=_vjp.build(doc),
+        competitors=b.competitors(data.get("competitors")),
     )
     if b.errors:
         raise SpecError(b.errors)

@@ -189,7 +189,14 @@ class _Context:
 
     def reference(self) -> dict:
         base = next(iter(self.spec.variants.values()))
-        return dict(self.common(), signature=self.signature_of(base), reference=self.spec.reference.source)
+        competitors = [
+            {"name": c.name, "doc": c.doc or f"The `{c.name}` competitor.", "platforms": c.platforms,
+             "platforms_repr": repr(tuple(c.platforms)),
+             "body": c.body.source}
+            for c in self.spec.competitors
+        ]
+        return dict(self.common(), signature=self.signature_of(base), reference=self.spec.reference.source,
+                    competitors=competitors)
 
     def kernel(self, variant: Variant) -> dict:
         spec = self.spec

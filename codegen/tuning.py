@@ -21,7 +21,7 @@ from .writer import atomic_write
 
 # Spec keys that do not change the generated kernel: editing them keeps tuning valid.
 # (`vjp` adds the backward pass around the kernel; the kernel itself stays the same.)
-_NOT_KERNEL = ("doc", "cases", "bench", "tolerance", "vjp")
+_NOT_KERNEL = ("doc", "cases", "bench", "tolerance", "vjp", "competitors")
 
 
 def _params_view(params):

@@ -148,6 +148,83 @@ def test_min_speedup_fails_a_case_whose_whole_interval_is_below_it(tmp_path):
     assert "2 passed, 2 failed, 0 errors, 0 skipped" in out
 
 
+def test_competitors_are_checked_timed_beside_the_kernel_and_held_to_their_floors(tmp_path):
+    # An add spec with four competitors: XLA's own add (timed), one for GPUs only (skipped on the CPU), one that
+    # computes something else (not timed: wrong), and one that raises. Interpret mode is far slower than XLA:
+    # a floor of 1000x over `xla` fails, one of 1e-6 holds, and a floor over the wrong one fails.
+    spec = (ROOT / "specs" / "add.yaml").read_text()
+    head, _, tail = spec.partition("bench:\n")
+    tail = tail.split("backends:", 1)[1]
+    head = head.replace("reference: |\n  return x + y\n", (
+        "reference: |\n  return x + y\n"
+        "competitors:\n"
+        "  xla: {doc: XLA's add., body: 'return jnp.add(x, y)'}\n"
+        "  gpu_only: {platforms: [gpu], body: return x + y}\n"
+        "  wrong: {body: return x - y}\n"
+        "  broken: {body: return x @ y}\n"))
+    cases = ("bench:\n"
+             "  - {name: holds, M: 64, N: 256, dtype: float32, min_speedup_over: {xla: 1.0e-6}}\n"
+             "  - {name: slow, M: 64, N: 256, dtype: float32, min_speedup_over: {xla: {cp: 1000}}}\n"
+             "  - {name: against_wrong, M: 64, N: 256, dtype: float32, min_speedup_over: {wrong: 1.0e-6}}\n")
+    src = tmp_path / "src" / "add.yaml"
+    src.parent.mkdir()
+    src.write_text(head + cases + "backends:" + tail)
+    (tmp_path / "p").mkdir()
+    root = project(tmp_path / "p", src)
+    reference = (root / "generated" / "add" / "reference.py").read_text()
+    assert "def add_xla(x, y, *, bm=8, bn=128):" in reference and "    return jnp.add(x, y)\n" in reference
+    assert "\"gpu_only\": (add_gpu_only, ('gpu',))," in reference
+    report = tmp_path / "b.json"
+    rc, out, err = kspec("bench", "--backend", "interpret", "--samples", "3", "--seed", "3", "--json", report, cwd=root)
+    assert rc == 1, out + err
+    rows = {r["case"]: r for r in json.loads(report.read_text())["results"]}
+    holds, slow, against_wrong = rows["holds"], rows["slow"], rows["against_wrong"]
+    xla = holds["competitors"]["xla"]
+    assert holds["status"] == "pass" and xla["status"] == "pass" and xla["min_speedup"] == 1e-6
+    lo, hi = xla["speedup_ci95"]
+    assert lo <= xla["speedup"] <= hi and xla["ms"] > 0 and len(holds["samples_ms"]["competitor:xla"]) == 3
+    assert holds["competitors"]["gpu_only"] == {"status": "skip", "message": "runs on gpu, not on cpu"}
+    assert holds["competitors"]["wrong"]["status"] == "fail"
+    assert holds["competitors"]["wrong"]["message"].startswith("not timed, wrong result: ")
+    assert holds["competitors"]["broken"]["status"] == "error"
+    assert holds["competitors"]["broken"]["message"].startswith("TypeError: ")
+    assert f"| xla {xla['speedup']:.3f}x ({lo:.3f}-{hi:.3f}) >= min 1e-06; wrong: fail; broken: error |" in out
+    s = slow["competitors"]["xla"]
+    lo, hi = s["speedup_ci95"]
+    assert slow["status"] == "fail" and slow["message"] == (
+        f"too slow: speedup over `xla` {s['speedup']:.3f}x ({lo:.3f}-{hi:.3f}) is below the case's "
+        "min_speedup_over xla 1000")
+    assert f"| xla {s['speedup']:.3f}x ({lo:.3f}-{hi:.3f}) < min 1000; wrong: fail; broken: error |" in out
+    assert against_wrong["status"] == "fail"
+    assert against_wrong["message"].startswith(
+        "no speedup over `wrong` to hold to its floor 1e-06: not timed, wrong result: ")
+    assert "1 passed, 2 failed, 0 errors, 0 skipped" in out
+
+
+def test_min_speedup_over_must_name_a_competitor(tmp_path):
+    spec = (ROOT / "specs" / "add.yaml").read_text()
+    bad = tmp_path / "specs" / "add.yaml"
+    bad.parent.mkdir()
+    bad.write_text(spec.replace("reference: |\n  return x + y\n",
+                                "reference: |\n  return x + y\ncompetitors:\n  xla: {body: return x + y}\n")
+                   .replace("  - {name: b64MiB, M: 4096, N: 4096, dtype: float32}",
+                            "  - {name: b64MiB, M: 4096, N: 4096, dtype: float32, min_speedup_over: {xl: 1.1}}"))
+    rc, out, err = kspec("check", bad)
+    assert rc == 2
+    line = next(i for i, t in enumerate(bad.read_text().splitlines(), 1) if "min_speedup_over" in t)
+    col = bad.read_text().splitlines()[line - 1].index("xl:") + 1
+    assert (f"{bad}:{line}:{col}: error[E509]: case `b64MiB`: min_speedup_over names `xl`, which is not a "
+            "competitor (competitors: xla)") in out + err
+    assert "did you mean `xla`?" in out + err
+    # A competitor's body is parsed, never run, by check, and held to the generated modules' import rule.
+    bad.write_text(spec.replace("reference: |\n  return x + y\n",
+                                "reference: |\n  return x + y\ncompetitors:\n  t:\n    body: |\n"
+                                "      import torch\n      return torch.add(x, y)\n"))
+    rc, out, err = kspec("check", bad)
+    line = next(i for i, t in enumerate(bad.read_text().splitlines(), 1) if "import torch" in t)
+    assert rc == 2 and f"{bad}:{line}:7: error[E601]: competitor `t`: import of `torch`" in out + err
+
+
 def test_min_speedup_is_a_positive_number(tmp_path):
     spec = (ROOT / "specs" / "add.yaml").read_text()
     head, _, tail = spec.partition("bench:\n")

@@ -163,6 +163,9 @@ SPECS = {
     "E507": mutate(V, ("  x: {shape: [N], dtype: float32}\n", "".join(
         f"  {n}: {{shape: [N], dtype: [float32, bfloat16, float16, int32, int16, int8, uint8]}}\n" for n in "xyz"))),
     "E508": mutate(V, (GRID, 'grid: ["N * 33554432"]')),
+    "E509": mutate(V, ("  return x * 2\ncases:\n  - {name: c, N: 64}",
+                       ("  return x * 2\ncompetitors:\n  xla: {body: return x + x}\n"
+                        "cases:\n  - {name: c, N: 64, min_speedup_over: {xl: 1.1}}"))),
     "E600": mutate(V, (BODY, "o_ref[...] = x_ref[...] *")),
     "E601": mutate(V, (BODY, "import torch\n  " + BODY)),
     "E701": backend("  mosaic_tpu:\n    blocks:\n      o: {block_shape: [64], index_map: \"i -> (0,)\"}\n"),
@@ -255,6 +258,7 @@ EXPECTED = {
     "E506": ['specs/bad.yaml:9:3: error[E506]: case `c`: o has shape (0,)', '  = help: every dim must be at least 1'],
     "E507": ['specs/bad.yaml:21:5: error[E507]: case `c` runs 343 dtype combinations; at most 256 allowed', "  = help: pin some inputs' dtypes in the case, e.g. `dtype: {x: float32}`, or give them fewer choices: x (7), y (7), z (7)"],
     "E508": ['specs/bad.yaml:10:8: error[E508]: case `c`: grid axis 0 has size 2147483648, more than int32 holds (2147483647)', '  = help: Pallas program ids are int32: use bigger blocks or split the axis into several'],
+    "E509": ['specs/bad.yaml:21:41: error[E509]: case `c`: min_speedup_over names `xl`, which is not a competitor (competitors: xla)', '  = help: did you mean `xla`?'],
     "E600": ['specs/bad.yaml:15:28: error[E600]: body: invalid syntax'],
     "E601": ['specs/bad.yaml:15:3: error[E601]: body: import of `torch`', '  = help: generated modules may import only jax, numpy and the standard library'],
     "E701": ['specs/bad.yaml:12:3: error[E701]: case `c` (mosaic_tpu): x block dim 0 is 8; on TPU the last block dim must be divisible by 128 for float32 or equal the array dim (64)', '  = help: use a multiple of 128 (e.g. 128) or the full dim'],

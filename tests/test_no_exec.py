@@ -205,6 +205,15 @@ def test_generated_modules_hold_only_what_the_templates_make():
             if code:
                 for line in filter(str.strip, code[0].source.splitlines()):
                     assert _functions_holding(text, line.strip()) == {code[1]}, (target, line)
+            if target.name == "reference.py":  # each competitor's body in its own function
+                for c in spec.competitors:
+                    for line in filter(str.strip, c.body.source.splitlines()):
+                        assert _functions_holding(text, line.strip()) == {f"{spec.name}_{c.name}"}, (target, line)
+            # a template's def named after a competitor, as the competitors this spec declares
+            by_kind[target.name][-1] = {
+                "{name}_{{ c.name }}" if any(d == f"{{name}}_{c.name}" for c in spec.competitors) else d
+                for d in by_kind[target.name][-1]
+            }
     template_defs = {
         name.replace("{{ name }}", "{name}")
         for path in (REPO / "templates").glob("*.j2")
