@@ -187,6 +187,10 @@ def _names(spec: KernelSpec) -> list:
             claim(axis.name, "mesh axis", axis.loc)
         for pipe in v.pipelines:
             claim(pipe.name, "pipeline", pipe.loc)
+    for c in spec.competitors:  # rendered as `<kernel>_<name>` beside `<kernel>_reference`
+        if c.name == "reference":
+            out.append(Diagnostic("E400", f"competitor `reference` would be generated as `{spec.name}_reference`, "
+                                  "the reference's own name", c.loc, "rename the competitor"))
     return out
 
 

@@ -223,6 +223,13 @@ def test_min_speedup_over_must_name_a_competitor(tmp_path):
     rc, out, err = kspec("check", bad)
     line = next(i for i, t in enumerate(bad.read_text().splitlines(), 1) if "import torch" in t)
     assert rc == 2 and f"{bad}:{line}:7: error[E601]: competitor `t`: import of `torch`" in out + err
+    # Its function is `<kernel>_<name>`, beside `<kernel>_reference`.
+    bad.write_text(spec.replace("reference: |\n  return x + y\n",
+                                "reference: |\n  return x + y\ncompetitors:\n  reference: {body: return x + y}\n"))
+    rc, out, err = kspec("check", bad)
+    line = next(i for i, t in enumerate(bad.read_text().splitlines(), 1) if t.startswith("  reference:"))
+    assert rc == 2 and (f"{bad}:{line}:3: error[E400]: competitor `reference` would be generated as "
+                        "`add_reference`, the reference's own name") in out + err
 
 
 def test_min_speedup_is_a_positive_number(tmp_path):
