@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import statistics
+from pathlib import Path
 
 import pytest
 from test_verify import ROOT, kspec, project
@@ -115,21 +116,26 @@ def test_a_floor_inside_the_interval_reads_as_neither_met_nor_failed():
     assert bench.row(dict(r, status="fail", speedup_ci95=[1.1, 1.19]))[column] == "1.167x (1.100-1.190) < min 1.2"
 
 
-def test_min_speedup_fails_a_case_whose_whole_interval_is_below_it(tmp_path):
-    # Interpret mode on a CPU runs far slower than XLA: a floor of 1000x cannot be met, one of 1e-6 is.
+def add_project(tmp_path: Path, bench: str, competitors: str = "") -> Path:
+    """A project holding specs/add.yaml with these bench cases (and competitors), generated."""
     spec = (ROOT / "specs" / "add.yaml").read_text()
     head, _, tail = spec.partition("bench:\n")
-    tail = tail.split("backends:", 1)[1]
-    # A mapping holds a floor per device kind (its start): the first key that matches decides.
-    cases = ("bench:\n  - {name: floor_high, M: 64, N: 256, dtype: float32, min_speedup: 1000}\n"
-             "  - {name: floor_low, M: 64, N: 256, dtype: float32, min_speedup: 1.0e-6}\n"
-             "  - {name: elsewhere, M: 64, N: 256, dtype: float32, min_speedup: {NVIDIA H200: 1000}}\n"
-             "  - {name: here, M: 64, N: 256, dtype: float32, min_speedup: {NVIDIA H200: 1.0e-6, cp: 1000}}\n")
-    small = tmp_path / "src" / "add.yaml"
-    small.parent.mkdir()
-    small.write_text(head + cases + "backends:" + tail)
+    head = head.replace("reference: |\n  return x + y\n", "reference: |\n  return x + y\n" + competitors)
+    src = tmp_path / "src" / "add.yaml"
+    src.parent.mkdir()
+    src.write_text(head + "bench:\n" + bench + "backends:" + tail.split("backends:", 1)[1])
     (tmp_path / "p").mkdir()
-    root = project(tmp_path / "p", small)
+    return project(tmp_path / "p", src)
+
+
+def test_min_speedup_fails_a_case_whose_whole_interval_is_below_it(tmp_path):
+    # Interpret mode on a CPU runs far slower than XLA: a floor of 1000x cannot be met, one of 1e-6 is.
+    # A mapping holds a floor per device kind (its start): the first key that matches decides.
+    root = add_project(tmp_path, (
+        "  - {name: floor_high, M: 64, N: 256, dtype: float32, min_speedup: 1000}\n"
+        "  - {name: floor_low, M: 64, N: 256, dtype: float32, min_speedup: 1.0e-6}\n"
+        "  - {name: elsewhere, M: 64, N: 256, dtype: float32, min_speedup: {NVIDIA H200: 1000}}\n"
+        "  - {name: here, M: 64, N: 256, dtype: float32, min_speedup: {NVIDIA H200: 1.0e-6, cp: 1000}}\n"))
     report = tmp_path / "b.json"
     rc, out, err = kspec("bench", "--backend", "interpret", "--samples", "3", "--seed", "3", "--json", report, cwd=root)
     assert rc == 1, out + err
@@ -152,25 +158,15 @@ def test_competitors_are_checked_timed_beside_the_kernel_and_held_to_their_floor
     # An add spec with four competitors: XLA's own add (timed), one for GPUs only (skipped on the CPU), one that
     # computes something else (not timed: wrong), and one that raises. Interpret mode is far slower than XLA:
     # a floor of 1000x over `xla` fails, one of 1e-6 holds, and a floor over the wrong one fails.
-    spec = (ROOT / "specs" / "add.yaml").read_text()
-    head, _, tail = spec.partition("bench:\n")
-    tail = tail.split("backends:", 1)[1]
-    head = head.replace("reference: |\n  return x + y\n", (
-        "reference: |\n  return x + y\n"
+    root = add_project(tmp_path, (
+        "  - {name: holds, M: 64, N: 256, dtype: float32, min_speedup_over: {xla: 1.0e-6}}\n"
+        "  - {name: slow, M: 64, N: 256, dtype: float32, min_speedup_over: {xla: {cp: 1000}}}\n"
+        "  - {name: against_wrong, M: 64, N: 256, dtype: float32, min_speedup_over: {wrong: 1.0e-6}}\n"), (
         "competitors:\n"
         "  xla: {doc: XLA's add., body: 'return jnp.add(x, y)'}\n"
         "  gpu_only: {platforms: [gpu], body: return x + y}\n"
         "  wrong: {body: return x - y}\n"
         "  broken: {body: return x @ y}\n"))
-    cases = ("bench:\n"
-             "  - {name: holds, M: 64, N: 256, dtype: float32, min_speedup_over: {xla: 1.0e-6}}\n"
-             "  - {name: slow, M: 64, N: 256, dtype: float32, min_speedup_over: {xla: {cp: 1000}}}\n"
-             "  - {name: against_wrong, M: 64, N: 256, dtype: float32, min_speedup_over: {wrong: 1.0e-6}}\n")
-    src = tmp_path / "src" / "add.yaml"
-    src.parent.mkdir()
-    src.write_text(head + cases + "backends:" + tail)
-    (tmp_path / "p").mkdir()
-    root = project(tmp_path / "p", src)
     reference = (root / "generated" / "add" / "reference.py").read_text()
     assert "def add_xla(x, y, *, bm=8, bn=128):" in reference and "    return jnp.add(x, y)\n" in reference
     assert "\"gpu_only\": (add_gpu_only, ('gpu',))," in reference
