@@ -214,7 +214,7 @@ def bench(
     measure_ceilings: bool = typer.Option(False, "--measure-ceilings", help="Measure copy bandwidth and bf16 matmul peak here and use them as the roofline."),
     timeout: float = typer.Option(900.0, "--timeout", help="Seconds allowed per bench case."),
 ) -> None:
-    """Time each kernel x backend x bench case against its XLA reference, side by side."""
+    """Time each kernel x backend x bench case against its XLA reference and the spec's competitors, side by side."""
     import datetime
     import json
 
