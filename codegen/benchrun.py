@@ -160,10 +160,7 @@ def bench(task, prep, check_outputs) -> dict:
     least = min_speedup(prep.case.min_speedup, device.device_kind)
     if least is not None:  # the case's floor: failed only when the whole interval is below it
         figures["min_speedup"] = least
-        if speedup_hi < least:
-            too_slow.append(
-                f"too slow: speedup {speedup:.3f}x ({speedup_lo:.3f}-{speedup_hi:.3f}) is below the case's "
-                f"min_speedup {least:g}")
+        too_slow += _below("speedup", (speedup, speedup_lo, speedup_hi), f"min_speedup {least:g}", least)
     for name, declared in prep.case.min_speedup_over.items():  # floors over competitors, the same way
         least, entry = min_speedup(declared, device.device_kind), competitors.get(name)
         if least is None or entry is None or entry["status"] == "skip":
@@ -171,14 +168,20 @@ def bench(task, prep, check_outputs) -> dict:
         entry["min_speedup"] = least
         if entry["status"] != "pass":
             too_slow.append(f"no speedup over `{name}` to hold to its floor {least:g}: {entry['message']}")
-        elif entry["speedup_ci95"][1] < least:
-            lo, hi = entry["speedup_ci95"]
-            too_slow.append(
-                f"too slow: speedup over `{name}` {entry['speedup']:.3f}x ({lo:.3f}-{hi:.3f}) is below the "
-                f"case's min_speedup_over {name} {least:g}")
+        else:
+            too_slow += _below(f"speedup over `{name}`", (entry["speedup"], *entry["speedup_ci95"]),
+                               f"min_speedup_over {name} {least:g}", least)
     if too_slow:
         verdict = dict(verdict, status="fail", message="; ".join(too_slow))
     return dict(verdict, seconds=round(time.monotonic() - start, 3), **figures)
+
+
+def _below(what: str, measured: tuple, floor_name: str, least: float) -> list:
+    """[the message] when the whole 95% interval of `measured` (speedup, lo, hi) is below the floor, else []."""
+    speedup, lo, hi = measured
+    if hi >= least:
+        return []
+    return [f"too slow: {what} {speedup:.3f}x ({lo:.3f}-{hi:.3f}) is below the case's {floor_name}"]
 
 
 def _competitors(task, prep, platform: str, check_outputs):
