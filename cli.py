@@ -295,7 +295,7 @@ def tune(
     """Search each spec's param choices for the fastest correct config; results go to tuning/."""
     import time
 
-    from codegen import checks
+    from codegen import instances
     from codegen import tune as tn
     from codegen import tuning as tg
 
@@ -319,7 +319,7 @@ def tune(
                 for i, c in enumerate(chosen):
                     if case and c.name not in case:
                         continue
-                    for assign in checks.dtype_assignments(spec, c):
+                    for assign in instances.dtype_assignments(spec, c):
                         if not variant.supports(assign):
                             continue
                         if budget_seconds and time.monotonic() - started > budget_seconds:

@@ -95,4 +95,3 @@ BACKENDS: dict = {
 
 # What backend="auto" prefers on each platform; the spec's order breaks ties.
 AUTO = {"cpu": ("interpret",), "gpu": ("mosaic_gpu", "triton"), "tpu": ("mosaic_tpu",)}
-DEFAULT_BACKENDS = ("interpret",)

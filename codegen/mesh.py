@@ -12,21 +12,14 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-import math
 
-from . import dtypes as dt
-from . import rules as _rules
 from .diagnostics import Diagnostic, did_you_mean
+from .rules import CHECKED_NUM_SMS, NUM_SMS
 
 MESH_BACKENDS = ("mosaic_gpu", "mosaic_tpu")
 ROLES = {"mosaic_gpu": ("grid", "cluster", "threads"), "mosaic_tpu": ("cores",)}
 REF_SPACES = {"mosaic_gpu": ("gmem",), "mosaic_tpu": ("any", "hbm")}
 DEFAULT_REF_SPACE = {"mosaic_gpu": "gmem", "mosaic_tpu": "any"}
-NUM_SMS = "num_sms"  # in a Mosaic GPU mesh grid: the device's SM count
-CHECKED_NUM_SMS = 132  # H100 SXM and H200: what the checks assume for num_sms
-WARPGROUP = 128  # CUDA threads per Mosaic GPU thread (a warpgroup)
-MAX_CTA_THREADS = 1024  # CUDA threads per CTA
-MAX_CLUSTER = 8  # CTAs per cluster that every Hopper launch accepts (portable size)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -164,7 +157,7 @@ def _pipeline_structure(spec, v, pipe, scope, operands, unknown) -> list:
 
 def instantiate(spec, v, case, env: dict, size) -> tuple:
     """(mesh sizes, {pipeline: PipeInstance}) for one case; `size(expr, what, env)` evaluates
-    a size (reporting through checks.instantiate). None entries where a size did not evaluate."""
+    a size (reporting through instances.instantiate). None entries where a size did not evaluate."""
     menv = dict(env, **{NUM_SMS: CHECKED_NUM_SMS})
     sizes = {a.name: size(a.size, f"mesh {a.role} {a.name}", menv) for a in v.mesh}
     pipes = {}
@@ -183,7 +176,7 @@ def instantiate(spec, v, case, env: dict, size) -> tuple:
 
 def bounds_and_coverage(inst, grid_points, walk) -> list:
     """E505/E506 on sizes, E502 for pipeline index maps leaving their view, E503 for output
-    views the pipeline leaves unwritten; `walk` is checks.walk_block, the pallas_call grid walk."""
+    views the pipeline leaves unwritten; `walk` is instances.walk_block, the pallas_call grid walk."""
     out = []
     case = inst.case
     for pipe in inst.variant.pipelines:
@@ -213,78 +206,4 @@ def bounds_and_coverage(inst, grid_points, walk) -> list:
                     out.append(Diagnostic("E503", f"case `{case.name}`: pipeline {pipe.name} never writes block {missing} "
                                           f"of its {pb.operand} view {view}", block.loc,
                                           "make the pipeline grid and index_map reach every block of the view"))
-    return out
-
-
-# -- hardware rules -----------------------------------------------------------------
-
-
-def rules(inst) -> list:
-    """The backend rules for a mesh kernel's instance (called from rules.check)."""
-    return _gpu(inst) if inst.variant.backend == "mosaic_gpu" else _tpu(inst)
-
-
-def _pipe_bytes(inst, pipe) -> int:
-    pi = inst.pipes[pipe.name]
-    return sum(math.prod(pi.blocks[pb.operand]) * dt.itemsize(inst.dtypes[pb.operand]) for pb in pipe.blocks)
-
-
-def _gpu(inst) -> list:
-    out = []
-    v, where = inst.variant, _rules.where(inst)
-    threads = v.mesh_axes("threads")
-    wgs = inst.mesh[threads[0].name] if threads else 1
-    if wgs * WARPGROUP > MAX_CTA_THREADS or wgs < 1:
-        out.append(Diagnostic("E723", f"{where}: {wgs} warpgroups per CTA are {wgs * WARPGROUP} CUDA threads; "
-                              f"a CTA has 1 to {MAX_CTA_THREADS} ({MAX_CTA_THREADS // WARPGROUP} warpgroups)",
-                              threads[0].loc, f"use at most {MAX_CTA_THREADS // WARPGROUP} warpgroups"))
-    for pipe in v.pipelines:
-        if pipe.compute_wgs and threads and wgs != pipe.compute_wgs + 1:
-            out.append(Diagnostic("E723", f"{where}: pipeline {pipe.name} computes on {pipe.compute_wgs} warpgroups and copies "
-                                  f"on one more, but the mesh has {wgs}", threads[0].loc,
-                                  f"set threads to {pipe.compute_wgs + 1}"))
-    grid = v.mesh_axes("grid")
-    cluster = v.mesh_axes("cluster")
-    ctas = 1
-    for g, c in zip(grid, cluster):
-        n, k = inst.mesh[g.name], inst.mesh[c.name]
-        ctas *= k
-        if k < 1 or n % k:
-            sms = f" ({NUM_SMS} = {CHECKED_NUM_SMS})" if NUM_SMS in g.size.names else ""
-            out.append(Diagnostic("E724", f"{where}: cluster {c.name} of {k} does not divide grid {g.name} of {n}{sms}",
-                                  c.loc, "choose a cluster size that divides the grid axis"))
-    if ctas > MAX_CLUSTER:
-        out.append(Diagnostic("E724", f"{where}: a cluster of {ctas} CTAs is above the portable limit of {MAX_CLUSTER}",
-                              cluster[0].loc, f"use at most {MAX_CLUSTER} CTAs per cluster"))
-    pipes = 0
-    for pipe in v.pipelines:
-        pipes += _pipe_bytes(inst, pipe) * inst.pipes[pipe.name].buffers
-        for pb in pipe.blocks:
-            out += _rules.tma_box_limit(where, f"pipeline {pipe.name} block of {pb.operand}",
-                                        inst.pipes[pipe.name].blocks[pb.operand], pb.block.tiling, pb.block.loc,
-                                        "use smaller blocks and cover the rest with the pipeline grid")
-    total = pipes + _rules.scratch_bytes(inst, ("smem", "vmem"))
-    if total > _rules.HOPPER_SMEM_LIMIT:
-        out.append(Diagnostic("E721", f"{where}: shared memory estimate {total // 1024} KiB (pipeline blocks x buffers "
-                              f"{pipes // 1024} KiB + scratch) exceeds {_rules.HOPPER_SMEM_LIMIT // 1024} KiB per block on Hopper",
-                              v.loc, "use smaller blocks, fewer pipeline buffers or less scratch"))
-    return out
-
-
-def _tpu(inst) -> list:
-    out = []
-    v, where = inst.variant, _rules.where(inst)
-    blocks = 0
-    for pipe in v.pipelines:
-        pi = inst.pipes[pipe.name]
-        blocks += _pipe_bytes(inst, pipe) * _rules.TPU_BUFFERS
-        for pb in pipe.blocks:
-            out += _rules.tpu_tiling(where, f"pipeline {pipe.name} block of {pb.operand}", pi.views[pb.operand],
-                                     pi.blocks[pb.operand], inst.dtypes[pb.operand], pb.block.shape_loc)
-    limit = _rules.compiler_param(inst, "vmem_limit_bytes") or _rules.TPU_DEFAULT_VMEM_LIMIT
-    total = blocks + _rules.scratch_bytes(inst, ("vmem",))
-    if total > limit:
-        out.append(Diagnostic("E703", f"{where}: VMEM estimate {total / 2**20:.1f} MiB (pipeline blocks x 2 buffers "
-                              f"{blocks / 2**20:.1f} MiB + scratch) exceeds the limit of {limit / 2**20:.1f} MiB",
-                              v.loc, "use smaller pipeline blocks, or raise compiler_params.vmem_limit_bytes"))
     return out

@@ -12,10 +12,9 @@ import hashlib
 from collections.abc import Mapping
 from typing import Any
 
-from . import sharding as _sharding
+from . import sharding_model as _sharding
 from . import tuning
-from . import vjp as _vjp
-from .backends import DEFAULT_BACKENDS
+from . import vjp_model as _vjp
 from .diagnostics import Diagnostic, Location, SpecError
 from .expr import Expr, ExprError, IndexMap, parse_expr, parse_index_map
 from .loader import Document
@@ -278,13 +277,13 @@ class KernelSpec:
     bench: tuple = ()  # of Case: large shapes for bench and tune
     cost: Cost | None = None
     kernel_sha: str = ""  # hash of what decides the generated code (see tuning.kernel_sha)
-    sharding: _sharding.Sharding | None = None  # the `sharding:` section (codegen/sharding.py)
+    sharding: _sharding.Sharding | None = None  # the `sharding:` section (codegen/sharding_model.py)
     aliases: Mapping[str, str] = dataclasses.field(default_factory=dict)  # output -> input it overwrites
     aliases_loc: Location | None = None
     call: CallOptions = CallOptions()
     kind: str = "pallas_call"  # or "mesh"
     kind_loc: Location | None = None
-    vjp: _vjp.Vjp | None = None  # the `vjp:` section (codegen/vjp.py)
+    vjp: _vjp.Vjp | None = None  # the `vjp:` section (codegen/vjp_model.py)
     competitors: tuple = ()  # of Competitor
 
     @property
@@ -310,6 +309,8 @@ class KernelSpec:
 
 
 # Compiler params that may be expressions over params (so `kspec tune` can search them).
+# The backends of a spec that declares no `backends:` section.
+DEFAULT_BACKENDS = ("interpret",)
 EXPR_COMPILER_PARAMS = frozenset({"num_warps", "num_stages", "max_concurrent_steps", "vmem_limit_bytes"})
 
 

@@ -25,13 +25,16 @@ HOPPER_SMEM_LIMIT = 227 * 1024
 TMA_MAX_BLOCK_DIM = 256
 TRITON_MIN_DOT = 16
 DOT_FUNCTIONS = {"dot", "matmul", "dot_general"}
+NUM_SMS = "num_sms"  # in a Mosaic GPU mesh grid: the device's SM count
+CHECKED_NUM_SMS = 132  # H100 SXM and H200: what the checks assume for num_sms
+WARPGROUP = 128  # CUDA threads per Mosaic GPU thread (a warpgroup)
+MAX_CTA_THREADS = 1024  # CUDA threads per CTA
+MAX_CLUSTER = 8  # CTAs per cluster that every Hopper launch accepts (portable size)
 
 
 def check(inst) -> list:
     if inst.spec.kind == "mesh":
-        from . import mesh
-
-        return mesh.rules(inst)
+        return _mesh(inst)
     rules = {"mosaic_tpu": _mosaic_tpu, "triton": _triton, "mosaic_gpu": _mosaic_gpu}
     rule = rules.get(inst.variant.backend)
     return rule(inst) if rule else []
@@ -394,3 +397,77 @@ def _tma_box(shape: tuple, tiling: tuple) -> tuple:
         return shape
     lead, tail = shape[: -len(tiling)], shape[-len(tiling) :]
     return (*lead, *(-(-b // t) for b, t in zip(tail, tiling)), *tiling)
+
+
+# -- mesh kernels (kind: mesh): their pipelines' blocks, warpgroups and clusters ------------
+
+
+def _mesh(inst) -> list:
+    """The backend rules for a mesh kernel's instance."""
+    return _mesh_gpu(inst) if inst.variant.backend == "mosaic_gpu" else _mesh_tpu(inst)
+
+
+def _pipe_bytes(inst, pipe) -> int:
+    pi = inst.pipes[pipe.name]
+    return sum(math.prod(pi.blocks[pb.operand]) * dt.itemsize(inst.dtypes[pb.operand]) for pb in pipe.blocks)
+
+
+def _mesh_gpu(inst) -> list:
+    out = []
+    v, at = inst.variant, where(inst)
+    threads = v.mesh_axes("threads")
+    wgs = inst.mesh[threads[0].name] if threads else 1
+    if wgs * WARPGROUP > MAX_CTA_THREADS or wgs < 1:
+        out.append(Diagnostic("E723", f"{at}: {wgs} warpgroups per CTA are {wgs * WARPGROUP} CUDA threads; "
+                              f"a CTA has 1 to {MAX_CTA_THREADS} ({MAX_CTA_THREADS // WARPGROUP} warpgroups)",
+                              threads[0].loc, f"use at most {MAX_CTA_THREADS // WARPGROUP} warpgroups"))
+    for pipe in v.pipelines:
+        if pipe.compute_wgs and threads and wgs != pipe.compute_wgs + 1:
+            out.append(Diagnostic("E723", f"{at}: pipeline {pipe.name} computes on {pipe.compute_wgs} warpgroups and copies "
+                                  f"on one more, but the mesh has {wgs}", threads[0].loc,
+                                  f"set threads to {pipe.compute_wgs + 1}"))
+    grid = v.mesh_axes("grid")
+    cluster = v.mesh_axes("cluster")
+    ctas = 1
+    for g, c in zip(grid, cluster):
+        n, k = inst.mesh[g.name], inst.mesh[c.name]
+        ctas *= k
+        if k < 1 or n % k:
+            sms = f" ({NUM_SMS} = {CHECKED_NUM_SMS})" if NUM_SMS in g.size.names else ""
+            out.append(Diagnostic("E724", f"{at}: cluster {c.name} of {k} does not divide grid {g.name} of {n}{sms}",
+                                  c.loc, "choose a cluster size that divides the grid axis"))
+    if ctas > MAX_CLUSTER:
+        out.append(Diagnostic("E724", f"{at}: a cluster of {ctas} CTAs is above the portable limit of {MAX_CLUSTER}",
+                              cluster[0].loc, f"use at most {MAX_CLUSTER} CTAs per cluster"))
+    pipes = 0
+    for pipe in v.pipelines:
+        pipes += _pipe_bytes(inst, pipe) * inst.pipes[pipe.name].buffers
+        for pb in pipe.blocks:
+            out += tma_box_limit(at, f"pipeline {pipe.name} block of {pb.operand}",
+                                        inst.pipes[pipe.name].blocks[pb.operand], pb.block.tiling, pb.block.loc,
+                                        "use smaller blocks and cover the rest with the pipeline grid")
+    total = pipes + scratch_bytes(inst, ("smem", "vmem"))
+    if total > HOPPER_SMEM_LIMIT:
+        out.append(Diagnostic("E721", f"{at}: shared memory estimate {total // 1024} KiB (pipeline blocks x buffers "
+                              f"{pipes // 1024} KiB + scratch) exceeds {HOPPER_SMEM_LIMIT // 1024} KiB per block on Hopper",
+                              v.loc, "use smaller blocks, fewer pipeline buffers or less scratch"))
+    return out
+
+
+def _mesh_tpu(inst) -> list:
+    out = []
+    v, at = inst.variant, where(inst)
+    blocks = 0
+    for pipe in v.pipelines:
+        pi = inst.pipes[pipe.name]
+        blocks += _pipe_bytes(inst, pipe) * TPU_BUFFERS
+        for pb in pipe.blocks:
+            out += tpu_tiling(at, f"pipeline {pipe.name} block of {pb.operand}", pi.views[pb.operand],
+                                     pi.blocks[pb.operand], inst.dtypes[pb.operand], pb.block.shape_loc)
+    limit = compiler_param(inst, "vmem_limit_bytes") or TPU_DEFAULT_VMEM_LIMIT
+    total = blocks + scratch_bytes(inst, ("vmem",))
+    if total > limit:
+        out.append(Diagnostic("E703", f"{at}: VMEM estimate {total / 2**20:.1f} MiB (pipeline blocks x 2 buffers "
+                              f"{blocks / 2**20:.1f} MiB + scratch) exceeds the limit of {limit / 2**20:.1f} MiB",
+                              v.loc, "use smaller pipeline blocks, or raise compiler_params.vmem_limit_bytes"))
+    return out

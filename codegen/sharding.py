@@ -1,11 +1,8 @@
-"""The `sharding:` section: the kernel on a device mesh, wrapped in jax.shard_map.
+"""Checks of the `sharding:` section (E8xx): axis names, partition specs against their
+operands, outputs against reductions, and, per case, that the split dims divide evenly and
+that the per-shard problem (dims divided by their mesh axes) passes the block, grid and
+backend rules. The section's model is codegen/sharding_model.py.
 
-Two stages live here, as for the rest of the spec, but for this one section:
-  model  -- `build(doc)` turns the schema-valid section into a frozen `Sharding`;
-  checks -- `check(spec)` reports E8xx diagnostics: axis names, partition specs
-            against their operands, outputs against reductions, and, per case, that
-            the split dims divide evenly and that the per-shard problem (dims divided
-            by their mesh axes) passes the block, grid and backend rules.
 An axis sized by the device count (`devices`) has no size until a run knows how many
 devices there are: `kspec verify --devices N` calls `case_checks` with the sizes then.
 """
@@ -14,115 +11,10 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Mapping
 
-from .diagnostics import Diagnostic, Location, did_you_mean
-
-REDUCTIONS = ("psum", "pmax", "pmin")  # lax collectives an output may be reduced with
-# Names `<kernel>_sharded` takes or calls: operands and params may not shadow them.
-SHARDED_NAMES = frozenset({"mesh", "make_mesh", "select_sharded_backend"})
-
-
-@dataclasses.dataclass(frozen=True)
-class MeshAxis:
-    name: str
-    size: int | None  # None: the devices left over after the sized axes
-    loc: Location
-
-
-@dataclasses.dataclass(frozen=True)
-class PartitionSpec:
-    """One operand's split: per dim, the mesh axes it is split over (() = not split)."""
-
-    operand: str
-    dims: tuple  # of tuples of axis names
-    dim_locs: tuple  # of Location, one per entry
-    loc: Location
-
-
-@dataclasses.dataclass(frozen=True)
-class Reduction:
-    output: str
-    op: str  # one of REDUCTIONS
-    axes: tuple
-    loc: Location
-
-
-@dataclasses.dataclass(frozen=True)
-class Sharding:
-    mesh: tuple  # of MeshAxis, in mesh order
-    specs: Mapping[str, PartitionSpec]  # operand -> spec; operands left out are replicated
-    axis_names: tuple  # the manual axes, in mesh order
-    check_vma: bool
-    reductions: Mapping[str, Reduction]
-    loc: Location
-    axis_names_loc: Location
-
-    def split(self, operand: str, rank: int) -> tuple:
-        """The operand's axes per dim, padded to its rank."""
-        spec = self.specs.get(operand)
-        dims = spec.dims if spec is not None else ()
-        return tuple(dims) + ((),) * max(rank - len(dims), 0)
-
-    def sizes(self, devices: int | None = None) -> dict:
-        """Axis -> size; the `devices` axis is None unless `devices` is given (and divides)."""
-        fixed = math.prod(a.size for a in self.mesh if a.size is not None)
-        rest = devices // fixed if devices and devices % fixed == 0 else None
-        return {a.name: a.size if a.size is not None else rest for a in self.mesh}
-
-    def unfit(self, devices: int) -> str | None:
-        """Why this mesh cannot be built from `devices` devices; None if it can."""
-        fixed = math.prod(a.size for a in self.mesh if a.size is not None)
-        shape = ", ".join(f"{a.name}={a.size or 'devices'}" for a in self.mesh)
-        if any(a.size is None for a in self.mesh):
-            return None if devices % fixed == 0 else f"mesh ({shape}) needs a multiple of {fixed} devices, have {devices}"
-        return None if fixed <= devices else f"mesh ({shape}) needs {fixed} devices, have {devices}"
-
-
-# -- model ----------------------------------------------------------------------
-
-
-def _axes(value) -> tuple:
-    if value is None:
-        return ()
-    return (value,) if isinstance(value, str) else tuple(value)
-
-
-def build(doc) -> Sharding | None:
-    """The `sharding:` section of a schema-valid document as a Sharding; None without one."""
-    raw = doc.data.get("sharding")
-    if raw is None:
-        return None
-    at = ("sharding",)
-    mesh = tuple(
-        MeshAxis(name, size if isinstance(size, int) else None, doc.key_loc(at + ("mesh", name)))
-        for name, size in raw["mesh"].items()
-    )
-    specs = {
-        name: PartitionSpec(
-            name,
-            tuple(_axes(v) for v in entries),
-            tuple(doc.loc(at + ("specs", name, i)) for i in range(len(entries))),
-            doc.key_loc(at + ("specs", name)),
-        )
-        for name, entries in (raw.get("specs") or {}).items()
-    }
-    reductions = {}
-    for name, entry in (raw.get("reductions") or {}).items():
-        (op, axes), = entry.items()
-        reductions[name] = Reduction(name, op, _axes(axes), doc.key_loc(at + ("reductions", name)))
-    return Sharding(
-        mesh=mesh,
-        specs=specs,
-        axis_names=tuple(raw.get("axis_names") or (a.name for a in mesh)),
-        check_vma=raw.get("check_vma", True),
-        reductions=reductions,
-        loc=doc.key_loc(at),
-        axis_names_loc=doc.loc(at + ("axis_names",)),
-    )
-
-
-# -- checks ---------------------------------------------------------------------
+from . import instances, rules
+from .diagnostics import Diagnostic, did_you_mean
+from .sharding_model import SHARDED_NAMES, Sharding
 
 
 def check(spec, per_case: bool = True) -> list:
@@ -301,15 +193,14 @@ def case_checks(spec, case, sizes: dict, split: dict | None = None) -> list:
 
 def _per_shard(spec, case) -> list:
     """E806: the block, grid and backend rules on the per-shard problem."""
-    from . import checks, rules
 
     shown = ", ".join(f"{k}={v}" for k, v in case.dims.items())
     out = []
     for variant in spec.variants.values():
-        for dtypes in checks.dtype_assignments(spec, case):
+        for dtypes in instances.dtype_assignments(spec, case):
             if not variant.supports(dtypes):
                 continue
-            inst, found = checks.instantiate(spec, variant, case, dtypes)
+            inst, found = instances.instantiate(spec, variant, case, dtypes)
             found += rules.check(inst) if inst is not None else []
             out += [
                 Diagnostic("E806", f"per shard ({shown}): {d.message} [{d.code}]", d.loc, d.hint)

@@ -19,7 +19,7 @@ import math
 import random
 from collections import Counter
 
-from . import checks, rules
+from . import instances, rules
 from . import dtypes as dt
 
 STRATEGIES = ("exhaustive", "random", "guided")
@@ -44,7 +44,7 @@ def prune(spec, variant, case, dtypes: dict, configs: list) -> tuple:
     kept, pruned = [], []
     for cfg in configs:
         trial = dataclasses.replace(case, params=dict(case.params, **cfg))
-        inst, diags = checks.instantiate(spec, variant, trial, dtypes)
+        inst, diags = instances.instantiate(spec, variant, trial, dtypes)
         if inst is not None:
             diags = diags + rules.check(inst)
         if diags:
@@ -61,7 +61,7 @@ def scores(spec, variant, case, dtypes: dict, configs: list, peak=None) -> list:
     out = []
     for cfg in configs:
         trial = dataclasses.replace(case, params=dict(case.params, **cfg))
-        inst, _ = checks.instantiate(spec, variant, trial, dtypes, [0])  # [0]: no grid walk
+        inst, _ = instances.instantiate(spec, variant, trial, dtypes, [0])  # [0]: no grid walk
         out.append((_spills(inst), -_intensity(inst, peak)) if inst is not None else (True, 0.0))
     return out
 

@@ -13,7 +13,7 @@ import multiprocessing as mp
 import os
 import time
 
-from . import checks, pipeline, writer
+from . import instances, pipeline, writer
 from . import dtypes as dt
 from .backends import BACKENDS
 
@@ -84,7 +84,7 @@ def matrix(compiled: list, *, backends: list, cases: list, suite: str = "cases")
             for i, case in enumerate(chosen):
                 if cases and case.name not in cases:
                     continue
-                for assign in checks.dtype_assignments(spec, case):
+                for assign in instances.dtype_assignments(spec, case):
                     label = ",".join(dict.fromkeys(assign[o.name] for o in spec.inputs))
                     yield c, name, i, case, assign, label
 

@@ -1,119 +1,23 @@
-"""The `vjp:` section: the kernel's gradient, computed by backward kernels that are specs.
+"""Checks of the `vjp:` section: the kernel's gradient, computed by backward kernels that are specs.
 
-Two stages live here, as for the rest of the spec, but for this one section:
-  model  -- `build(doc)` turns the schema-valid section into a frozen `Vjp`;
-  checks -- `check(spec, linked)` reports E421 to E425 and E427 to E429: names, the
-            binding of each backward kernel's inputs, params and outputs, and, per case
-            and dtype, that the backward kernels take the shapes and dtypes the forward
-            pass gives them and give back gradients shaped like the inputs.
+`check(spec, linked)` reports E421 to E425 and E427 to E429: names, the binding of each
+backward kernel's inputs, params and outputs, and, per case and dtype, that the backward
+kernels take the shapes and dtypes the forward pass gives them and give back gradients
+shaped like the inputs. The section's model is codegen/vjp_model.py.
 The backward specs are other files: `pipeline` loads and checks them (E420 when one
 cannot be used, E426 for a cycle) and passes the valid ones here as `linked`.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import re
 from collections.abc import Mapping
 
 from . import dtypes as dt
+from . import instances, model, rules
 from .backends import AUTO, BACKENDS
 from .diagnostics import Diagnostic, Location, did_you_mean
 from .expr import ExprError, NotEvaluable
-
-_COTANGENT = re.compile(r"^grad\(\s*([A-Za-z_][A-Za-z0-9_]*)\s*\)$")
-_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-
-
-@dataclasses.dataclass(frozen=True)
-class Binding:
-    """A backward kernel input's value: a residual (`x`) or an output's cotangent (`grad(y)`)."""
-
-    target: str  # the backward kernel's input
-    text: str  # as written
-    source: str | None  # the forward operand it names; None when `text` is neither form
-    cotangent: bool
-    loc: Location
-
-
-@dataclasses.dataclass(frozen=True)
-class Grad:
-    """A backward kernel output that is the gradient of a forward input."""
-
-    output: str
-    input: str
-    reduce: bool  # the output has extra leading axes of partial gradients, summed
-    loc: Location
-
-
-@dataclasses.dataclass(frozen=True)
-class Backward:
-    spec: str  # the file name, in the forward spec's folder
-    inputs: tuple  # of Binding, as written
-    params: Mapping[str, str]  # backward param -> forward param
-    param_locs: Mapping[str, Location]
-    grads: tuple  # of Grad
-    loc: Location  # the `spec:` value
-    inputs_loc: Location
-    grads_loc: Location
-
-    def binding(self, name: str) -> Binding | None:
-        return next((b for b in self.inputs if b.target == name), None)
-
-
-@dataclasses.dataclass(frozen=True)
-class Vjp:
-    residuals: tuple  # forward operand names, in order
-    residual_locs: Mapping[str, Location]
-    backward: tuple  # of Backward
-    no_grad: tuple  # forward inputs with zero gradients
-    no_grad_locs: Mapping[str, Location]
-    loc: Location
-
-
-# -- model ----------------------------------------------------------------------
-
-
-def build(doc) -> Vjp | None:
-    """The `vjp:` section of a schema-valid document as a Vjp; None without one."""
-    raw = doc.data.get("vjp")
-    if raw is None:
-        return None
-    at = ("vjp",)
-    backward = tuple(_backward(doc, entry, at + ("backward", i)) for i, entry in enumerate(raw["backward"]))
-    residuals = raw.get("residuals") or ()
-    return Vjp(
-        residuals=tuple(residuals),
-        residual_locs={r: doc.loc(at + ("residuals", i)) for i, r in enumerate(residuals)},
-        backward=backward,
-        no_grad=tuple(raw.get("no_grad") or ()),
-        no_grad_locs={n: doc.loc(at + ("no_grad", i)) for i, n in enumerate(raw.get("no_grad") or ())},
-        loc=doc.key_loc(at),
-    )
-
-
-def _backward(doc, raw: dict, at: tuple) -> Backward:
-    inputs = []
-    for target, text in raw["inputs"].items():
-        m = _COTANGENT.match(text.strip())
-        source = m.group(1) if m else text.strip() if _NAME.match(text.strip()) else None
-        inputs.append(Binding(target, text, source, m is not None, doc.loc(at + ("inputs", target))))
-    grads = []
-    for output, value in raw["grads"].items():
-        name, reduce = (value, False) if isinstance(value, str) else (value["input"], value["reduce"] == "sum")
-        grads.append(Grad(output, name, reduce, doc.loc(at + ("grads", output))))
-    params = dict(raw.get("params") or {})
-    return Backward(
-        spec=raw["spec"],
-        inputs=tuple(inputs),
-        params=params,
-        param_locs={p: doc.loc(at + ("params", p)) for p in params},
-        grads=tuple(grads),
-        loc=doc.loc(at + ("spec",)),
-        inputs_loc=doc.key_loc(at + ("inputs",)),
-        grads_loc=doc.key_loc(at + ("grads",)),
-    )
-
+from .vjp_model import Backward, Binding
 
 # -- diagnostics for backward specs that pipeline could not link -------------------
 
@@ -344,10 +248,9 @@ def backward_backends(bspec, backend: str) -> dict:
 
 def _cases(spec, entry: Backward, bspec) -> list:
     """E424, E427 and E428 for every case and bench case, and every dtype combination."""
-    from . import checks
 
     out = []
-    budget = [checks.MAX_SPEC_GRID_POINTS]
+    budget = [instances.MAX_SPEC_GRID_POINTS]
     for case in spec.cases + spec.bench:
         shapes = _forward_shapes(spec, case)
         if shapes is None:
@@ -359,7 +262,7 @@ def _cases(spec, entry: Backward, bspec) -> list:
             out += _shapes(entry, bspec, case, shapes, env)
         if out:
             return out
-        for assign in checks.dtype_assignments(spec, case):
+        for assign in instances.dtype_assignments(spec, case):
             found = _dtypes(entry, bspec, case, assign)
             out += found
             if not found:
@@ -466,7 +369,6 @@ def _dtypes(entry: Backward, bspec, case, assign: dict) -> list:
 
 def _runs(spec, entry: Backward, bspec, case, assign: dict, bdims: dict, budget: list) -> list:
     """E428: the backward kernels' own checks on the problem this forward case gives them."""
-    from . import checks, model, rules
 
     bdtypes = _backward_dtypes(entry, bspec, assign)
     bcase = model.Case(
@@ -485,7 +387,7 @@ def _runs(spec, entry: Backward, bspec, case, assign: dict, bdims: dict, budget:
                 out.append(Diagnostic("E428", f"{where} does not take these dtypes", case.loc,
                                       f"allow them in {entry.spec}'s backends.{backend}.dtypes"))
                 continue
-            inst, found = checks.instantiate(bspec, bvariant, bcase, bdtypes, budget=budget)
+            inst, found = instances.instantiate(bspec, bvariant, bcase, bdtypes, budget=budget)
             found += rules.check(inst) if inst is not None else []
             out += [Diagnostic("E428", f"{where} cannot run it: {d.message} [{d.code}]", case.loc,
                                f"in {entry.spec}: {d.hint}" if d.hint else f"see {d.loc}")

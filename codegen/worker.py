@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-from . import checks, multicore, pipeline
+from . import instances, multicore, pipeline
 from . import dtypes as dt
 from .compare import compare_all
 from .verify import Task, result
@@ -186,7 +186,7 @@ def _prepare(task: Task) -> Prepared:
     overrides = dict(task.params)
     if overrides:
         case = dataclasses.replace(case, params=dict(case.params, **overrides))
-    inst, diags = checks.instantiate(spec, variant, case, dtypes)
+    inst, diags = instances.instantiate(spec, variant, case, dtypes)
     if inst is None:
         raise RuntimeError(diags[0].format() if diags else "case does not instantiate")
     params = {k: v for k, v in inst.env.items() if k in variant.param_defaults}

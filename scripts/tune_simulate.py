@@ -27,7 +27,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from codegen import checks, pipeline, tuning  # noqa: E402
+from codegen import instances, pipeline, tuning  # noqa: E402
 from codegen import tune as tn  # noqa: E402
 from codegen.devices import peak_for  # noqa: E402
 
@@ -45,7 +45,7 @@ def groups(spec, entries: list):
         if case is None or backend not in spec.variants:
             print(f"skipped {backend} {name}: not in the spec")
             continue
-        assign = next(a for a in checks.dtype_assignments(spec, case)
+        assign = next(a for a in instances.dtype_assignments(spec, case)
                       if ",".join(dict.fromkeys(a[o.name] for o in spec.inputs)) == label)
         yield spec.variants[backend], case, assign, how, times
 

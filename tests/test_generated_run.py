@@ -1,6 +1,6 @@
 """Run the checked-in generated code on the CPU: the interpret backend against the reference.
 
-One test per spec, case and dtype combination (codegen.checks.dtype_assignments), on
+One test per spec, case and dtype combination (codegen.instances.dtype_assignments), on
 random inputs, compared with codegen.dtypes.tolerance. Then the package-level
 function with backend="auto" under jax.jit, and select_backend's errors.
 """

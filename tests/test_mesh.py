@@ -19,7 +19,7 @@ from conftest import REPO, mutate, run_kspec
 from jax.experimental.pallas import tpu as pltpu
 from test_diagnostics import MESH
 
-from codegen import checks, pipeline, tune
+from codegen import instances, pipeline, tune
 
 
 def _spec(name: str):
@@ -363,16 +363,16 @@ def test_verify_runs_mesh_kernels_and_catches_cores_that_overlap(tmp_path):
 
 def test_mesh_instance_evaluates_mesh_and_pipelines():
     spec = _spec("matmul_persistent")
-    inst, diags = checks.instantiate(spec, spec.variants["mosaic_gpu"], spec.bench[0], {"a": "bfloat16", "b": "bfloat16", "o": "bfloat16"})
+    inst, diags = instances.instantiate(spec, spec.variants["mosaic_gpu"], spec.bench[0], {"a": "bfloat16", "b": "bfloat16", "o": "bfloat16"})
     assert diags == []
     # 1024 cluster tiles take 16 waves of the 66 clusters (num_sms = 132), and so 64 clusters
     assert inst.mesh == {"sm": 128, "cta": 2, "wg": 3}
     pipe = inst.pipes["k_loop"]
     assert dataclasses.astuple(pipe) == ((128,), {"a": (128, 8192), "b": (8192, 256)}, {"a": (128, 64), "b": (64, 256)}, 4)
     dtypes = {"a": "bfloat16", "b": "bfloat16", "o": "bfloat16"}
-    small = checks.instantiate(spec, spec.variants["mosaic_gpu"], spec.cases[0], dtypes)[0]  # 512^3: 4 cluster tiles
+    small = instances.instantiate(spec, spec.variants["mosaic_gpu"], spec.cases[0], dtypes)[0]  # 512^3: 4 cluster tiles
     assert small.mesh["sm"] == 8
-    mlp = checks.instantiate(spec, spec.variants["mosaic_gpu"], spec.bench[2], dtypes)[0]  # 2048 tiles: 32 waves
+    mlp = instances.instantiate(spec, spec.variants["mosaic_gpu"], spec.bench[2], dtypes)[0]  # 2048 tiles: 32 waves
     assert (spec.bench[2].name, mlp.mesh["sm"]) == ("mlp4096", 128)
 
 

@@ -11,7 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from codegen import checks, pipeline
+from codegen import instances, pipeline
 from codegen import tune as tn
 from codegen.devices import peak_for
 
@@ -210,7 +210,7 @@ def test_guided_never_exceeds_the_budget():
 def test_static_score_of_the_matmul_spec():
     spec = pipeline.compile_spec(ROOT / "specs" / "matmul.yaml").spec
     variant, case = spec.variants["triton"], next(c for c in spec.bench if c.name == "b8192")
-    assign = next(iter(checks.dtype_assignments(spec, case)))
+    assign = next(iter(instances.dtype_assignments(spec, case)))
     configs = tn.space(variant)
     score = dict(zip(map(tn.key, configs), tn.scores(spec, variant, case, assign, configs, peak_for("NVIDIA H200"))))
 
@@ -237,7 +237,7 @@ def test_configs_that_change_the_references_params_are_checked_against_their_own
 
     spec_path = ROOT / "specs" / "layer_norm_dparams.yaml"
     spec = pipeline.compile_spec(spec_path).spec
-    assign = next(a for a in checks.dtype_assignments(spec, spec.cases[0]) if a["x"] == "float32")
+    assign = next(a for a in instances.dtype_assignments(spec, spec.cases[0]) if a["x"] == "float32")
     task = Task(str(spec_path), spec.name, "interpret", "square", 0, tuple(assign.items()), "float32", 7, "tune",
                 str(ROOT / "generated"), samples=3, configs=((("bm", 4),), (("bm", 16),), (("bm", 8),)))
     rows = list(worker.tune_task(task))
