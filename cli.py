@@ -13,9 +13,11 @@ from typing import List, Optional
 
 import typer
 
-from codegen import __version__, pipeline, writer
-from codegen.diagnostics import Diagnostic
-from codegen.verify import DEFAULT_SCHEDULES
+from kspec import __version__
+from kspec.codegen import project as pipeline
+from kspec.codegen.emit import writer
+from kspec.codegen.diagnostics import Diagnostic
+from kspec.codegen.verify import DEFAULT_SCHEDULES
 
 EPILOG = """
 Examples:
@@ -165,7 +167,7 @@ def verify(
     """Run every case x dtype x backend this machine can run against the reference (exit 1 on any failure)."""
     import json
 
-    from codegen import verify as v
+    from kspec.codegen import verify as v
 
     results, session, seed = _start_run(paths, backend, seed, timeout, devices)
     info = session.info
@@ -218,9 +220,9 @@ def bench(
     import datetime
     import json
 
-    from codegen import __version__ as version
-    from codegen import bench as bn
-    from codegen import verify as v
+    from kspec import __version__ as version
+    from kspec.codegen import bench as bn
+    from kspec.codegen import verify as v
 
     if plot_path:
         try:
@@ -295,9 +297,9 @@ def tune(
     """Search each spec's param choices for the fastest correct config; results go to tuning/."""
     import time
 
-    from codegen import instances
-    from codegen import tune as tn
-    from codegen import tuning as tg
+    from kspec.codegen.checks import instances
+    from kspec.codegen import tune as tn
+    from kspec.codegen.spec import tuning as tg
 
     if strategy not in tn.STRATEGIES:
         typer.echo("error: --strategy must be exhaustive, random or guided", err=True)
@@ -337,7 +339,7 @@ def _tuned_here(name: str, requested, platform: str) -> bool:
     """Whether `kspec tune` tunes backend `name` on this platform: the backends named with --backend,
     else every backend the platform runs, except interpret mode off the CPU (its times say nothing
     about the kernel on the accelerator; name it to tune it anyway)."""
-    from codegen.backends import BACKENDS
+    from kspec.codegen.backends import BACKENDS
 
     if platform not in BACKENDS[name].platforms:
         return False
@@ -349,10 +351,10 @@ def _tuned_here(name: str, requested, platform: str) -> bool:
 def _tune_case(session, store, done, spec, variant, index, case, assign, suite, out_root, info,
                strategy, budget, samples, seed, sustained=False) -> bool:
     """Tune one backend x case x dtype; append every trial to the store. True if nothing passed."""
-    from codegen import tune as tn
-    from codegen import tuning as tg
-    from codegen.devices import peak_for
-    from codegen.verify import Task
+    from kspec.codegen import tune as tn
+    from kspec.codegen.spec import tuning as tg
+    from kspec.codegen.backends.devices import peak_for
+    from kspec.codegen.verify import Task
 
     label = ",".join(dict.fromkeys(assign[o.name] for o in spec.inputs))
     dims = tuple(case.dims[d] for d in spec.dims)
@@ -435,8 +437,8 @@ def _start_run(paths, backends, seed, timeout, devices=None):
     """Shared start of verify/bench/tune: check specs and drift, start a worker, print the seed."""
     import secrets
 
-    from codegen import verify as v
-    from codegen.backends import BACKENDS
+    from kspec.codegen import verify as v
+    from kspec.codegen.backends import BACKENDS
 
     unknown = [b for b in backends or [] if b not in BACKENDS]
     if unknown:

@@ -8,4 +8,3 @@ The package is a straight pipeline, one module per stage:
 `pipeline` wires the stages for the CLI; nothing imports jax until verify/bench/tune.
 """
 
-__version__ = "0.1.0"

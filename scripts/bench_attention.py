@@ -20,7 +20,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 
-from codegen import timing  # noqa: E402
+from kspec.codegen.run import timing  # noqa: E402
 from generated.flash_attention import flash_attention  # noqa: E402
 
 B, S, H, D = 4, 4096, 32, 128

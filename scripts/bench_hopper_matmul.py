@@ -97,7 +97,7 @@ def main() -> int:
 
     import jax
 
-    from codegen import timing
+    from kspec.codegen.run import timing
 
     n = args.size
     calls, errors, failed = checked_matmuls(n)

@@ -20,7 +20,7 @@ if ! python3 -c "import jsonschema" 2>/dev/null && ls .whl/*.whl >/dev/null 2>&1
   export PYTHONPATH=/tmp/site:${PYTHONPATH:-}
 fi
 export PYTHONPATH=$PWD:${PYTHONPATH:-}
-kspec() { python3 -c "import cli; cli.run()" "$@"; }
+kspec() { python3 -m kspec "$@"; }
 # The bench cases each kernel is tuned on (its largest; the persistent matmuls also at the MLP shapes),
 # each config timed against the reference under sustained load (kspec tune --sustained).
 # (layer_norm and softmax bring their backward kernels: kspec tune takes a spec's vjp specs along.)

@@ -16,7 +16,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from codegen import bench  # noqa: E402
+from kspec.codegen import bench  # noqa: E402
 
 
 def merge(paths: list) -> tuple[list, dict]:

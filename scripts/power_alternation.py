@@ -64,7 +64,7 @@ def main() -> None:
     import jax
     import jax.numpy as jnp
 
-    from codegen import timing
+    from kspec.codegen.run import timing
     from generated.matmul_persistent import matmul_persistent
 
     n = 8192

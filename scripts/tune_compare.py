@@ -26,8 +26,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from codegen import timing
-from codegen import tuning as tg
+from kspec.codegen.run import timing
+from kspec.codegen.spec import tuning as tg
 
 
 def entries(root: Path, kernel: str, backend: str, case: str) -> list:

@@ -27,9 +27,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from codegen import instances, pipeline, tuning  # noqa: E402
-from codegen import tune as tn  # noqa: E402
-from codegen.devices import peak_for  # noqa: E402
+from kspec.codegen.checks import instances  # noqa: E402
+from kspec.codegen import project as pipeline
+from kspec.codegen.spec import tuning
+from kspec.codegen import tune as tn  # noqa: E402
+from kspec.codegen.backends.devices import peak_for  # noqa: E402
 
 
 def groups(spec, entries: list):

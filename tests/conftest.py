@@ -43,9 +43,8 @@ cases:
   - {name: c, N: 64}
 """
 
-# Running the console script's entry point with this interpreter: `python -m cli`
-# would not call cli.run().
-KSPEC = [sys.executable, "-c", "import cli; cli.run()"]
+# `python -m kspec` runs what the `kspec` console script runs.
+KSPEC = [sys.executable, "-m", "kspec"]
 
 
 def mutate(text: str, *replacements: tuple) -> str:

@@ -10,8 +10,9 @@ from pathlib import Path
 import pytest
 from test_verify import ROOT, kspec, project
 
-from codegen import benchrun, timing
-from codegen.devices import peak_for
+from kspec.codegen.run import bench as benchrun
+from kspec.codegen.run import timing
+from kspec.codegen.backends.devices import peak_for
 
 
 def test_bench_row_times_kernel_reference_and_copy_in_one_run(tmp_path):
@@ -91,7 +92,7 @@ def test_roofline_bound_decides_whether_a_copy_is_timed_alongside():
 
 
 def test_untimed_row_keeps_the_columns_and_shows_why():
-    from codegen import bench
+    from kspec.codegen import bench
 
     r = {"kernel": "add", "backend": "triton", "case": "small", "dtype": "float32", "status": "fail",
          "message": "not timed, wrong result: 3 of 8 elements differ\nmore"}
@@ -104,7 +105,7 @@ def test_untimed_row_keeps_the_columns_and_shows_why():
 def test_a_floor_inside_the_interval_reads_as_neither_met_nor_failed():
     # H100 call j3: 1.167x (1.153-1.207) against a floor of 1.2 passed (the interval reaches it) but read
     # `>= min 1.2`; the median under the floor now reads `~`.
-    from codegen import bench
+    from kspec.codegen import bench
 
     r = {"kernel": "mm", "backend": "mosaic_gpu", "case": "mlp2048", "dtype": "bfloat16", "status": "pass",
          "message": "", "ms": 0.944, "ms_p10": 0.872, "ms_p90": 0.968, "ref_ms": 1.093, "speedup": 1.167,

@@ -18,7 +18,7 @@ import sys
 
 import pytest
 
-from codegen import loader
+from kspec.codegen.spec import loader
 from conftest import REPO, VALID_SPEC, mutate
 from test_hostile import BOMBS, REJECTED
 
@@ -30,7 +30,7 @@ ADDRESS_SPACE = 3 << 30  # far above a normal run; a blow-up hits it and dies
 PROBE = r"""
 import json, resource, sys, time
 from pathlib import Path
-from codegen import pipeline
+from kspec.codegen import project as pipeline
 
 def run(path):
     compiled = pipeline.compile_spec(path)
@@ -164,7 +164,7 @@ def test_sizes_are_answered_fast_in_bounded_memory(name, tmp_path):
 
 def test_schema_diagnostics_stop_at_a_hundred(tmp_path):
     result = probe(tmp_path, V + "".join(f"k{i}: 1\n" for i in range(4_900)))
-    from codegen import pipeline
+    from kspec.codegen import project as pipeline
 
     path = tmp_path / "specs" / "hostile.yaml"
     compiled = pipeline.compile_spec(path)
@@ -217,7 +217,7 @@ def test_segfaulting_kernel_fails_only_its_own_case(tmp_path):
     for name, body in bodies.items():
         (tmp_path / "specs" / f"{name}.yaml").write_text(HANG.format(name=name, body=body))
     env = dict(os.environ, PYTHONPATH=str(REPO))
-    run = lambda *a: subprocess.run([sys.executable, "-c", "import cli; cli.run()", *a], cwd=tmp_path,  # noqa: E731
+    run = lambda *a: subprocess.run([sys.executable, "-m", "kspec", *a], cwd=tmp_path,  # noqa: E731
                                     env=env, capture_output=True, text=True, timeout=300)
     assert run("generate").returncode == 0
     r = run("verify", "--backend", "interpret", "--json", "r.json", "--timeout", "60")

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from codegen import pipeline
+from kspec.codegen import project as pipeline
 from conftest import KSPEC, REPO
 
 SPECS = ("add.yaml", "add_1d.yaml", "softmax.yaml", "softmax_dx.yaml")  # quick to check, 30-odd files to write

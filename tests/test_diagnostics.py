@@ -12,9 +12,9 @@ import json
 
 import pytest
 
-from codegen.backends import BACKENDS
-from codegen.diagnostics import CODES, Diagnostic, Location
-from codegen.schema import schema
+from kspec.codegen.backends import BACKENDS
+from kspec.codegen.diagnostics import CODES, Diagnostic, Location
+from kspec.codegen.spec.schema import schema
 from conftest import VALID_SPEC, mutate
 
 V = VALID_SPEC

@@ -13,7 +13,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from codegen.diagnostics import CODES
+from kspec.codegen.diagnostics import CODES
 
 ROOT = Path(__file__).resolve().parent.parent
 README = (ROOT / "README.md").read_text(encoding="utf-8")
@@ -30,7 +30,7 @@ def test_diagnostics_page_lists_exactly_the_codes():
 
 def _help_commands() -> set:
     out = subprocess.run(
-        [sys.executable, "-c", "import cli; cli.run()", "--help"],
+        [sys.executable, "-m", "kspec", "--help"],
         cwd=ROOT, capture_output=True, text=True, check=True,
     ).stdout
     section = out.split("Commands:", 1)[1]

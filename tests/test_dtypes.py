@@ -6,7 +6,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from codegen import dtypes as dt
+from kspec.codegen.spec import dtypes as dt
 
 
 @pytest.mark.parametrize("name", sorted(dt.DTYPES))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from codegen.expr import ExprError, NotEvaluable, parse_expr, parse_index_map
+from kspec.codegen.spec.expr import ExprError, NotEvaluable, parse_expr, parse_index_map
 
 ENV = {"M": 40, "N": 384, "bm": 16, "bn": 128}
 

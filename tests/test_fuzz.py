@@ -30,8 +30,10 @@ import yaml
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from codegen import checks, pipeline, writer
-from codegen.diagnostics import CODES
+from kspec.codegen.checks import semantic as checks
+from kspec.codegen import project as pipeline
+from kspec.codegen.emit import writer
+from kspec.codegen.diagnostics import CODES
 from conftest import KSPEC, REPO, VALID_SPEC as V, mutate
 
 FUZZ = os.environ.get("KSPEC_FUZZ") == "1"
@@ -284,7 +286,7 @@ def test_built_specs(work):
 
 def _schema_strategy():
     hypothesis_jsonschema = pytest.importorskip("hypothesis_jsonschema")
-    from codegen import schema
+    from kspec.codegen.spec import schema
 
     return hypothesis_jsonschema.from_schema(schema.schema())
 

@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from codegen import __version__, pipeline
-from codegen.checks import ALLOWED_IMPORT_ROOTS
+from kspec import __version__
+from kspec.codegen import project as pipeline
+from kspec.codegen.checks.semantic import ALLOWED_IMPORT_ROOTS
 from conftest import REPO, run_kspec
 
 

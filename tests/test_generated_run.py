@@ -15,9 +15,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from codegen import dtypes as dt
-from codegen import pipeline
-from codegen.checks import dtype_assignments, instantiate
+from kspec.codegen.spec import dtypes as dt
+from kspec.codegen import project as pipeline
+from kspec.codegen.checks.instances import dtype_assignments, instantiate
 from conftest import REPO
 
 ALL_SPECS = {c.spec.name: c.spec for c in map(pipeline.compile_spec, pipeline.discover([], root=REPO))}

@@ -19,7 +19,9 @@ from conftest import REPO, mutate, run_kspec
 from jax.experimental.pallas import tpu as pltpu
 from test_diagnostics import MESH
 
-from codegen import instances, pipeline, tune
+from kspec.codegen.checks import instances
+from kspec.codegen import project as pipeline
+from kspec.codegen import tune
 
 
 def _spec(name: str):

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from test_verify import PLANTED, kspec, project, results
 
-from codegen import multicore
+from kspec.codegen.run import multicore
 
 # The shipped kernels pass under the default sweep in test_surface.test_shipped_surface_specs_verify_and_lower
 # (gather_rows, accumulate, dma_copy, shift_diff) and in test_verify's slow test (every spec).

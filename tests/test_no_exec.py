@@ -19,7 +19,7 @@ import sys
 
 import pytest
 
-from codegen import pipeline
+from kspec.codegen import project as pipeline
 from conftest import KSPEC, REPO, VALID_SPEC, mutate
 
 V = VALID_SPEC

@@ -6,7 +6,8 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from codegen import pipeline, sharding
+from kspec.codegen import project as pipeline
+from kspec.codegen.checks import sharding
 from conftest import REPO, VALID_SPEC, mutate
 
 SHARDED = ("matmul_dp", "matmul_ksplit", "matmul_2d", "softmax_rows")

@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from codegen import pipeline, render
+from kspec.codegen import project as pipeline
+from kspec.codegen.emit import render
 from conftest import VALID_SPEC, mutate
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -69,7 +69,7 @@ def test_persistent_norms_take_whole_arrays_and_a_grid_of_programs():
 def test_triton_whole_array_blocks_are_not_held_to_power_of_two_blocks(tmp_path):
     """E711 (Triton block dims are powers of two) is about loaded blocks: an operand passed
     whole (`memory_space: any`) has none, whatever its shape."""
-    from codegen import pipeline
+    from kspec.codegen import project as pipeline
 
     spec = (REPO / "specs" / "rms_norm.yaml").read_text()
     assert "      x: {memory_space: any}\n" in spec

@@ -11,9 +11,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-from codegen import instances, pipeline
-from codegen import tune as tn
-from codegen.devices import peak_for
+from kspec.codegen.checks import instances
+from kspec.codegen import project as pipeline
+from kspec.codegen import tune as tn
+from kspec.codegen.backends.devices import peak_for
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -47,7 +48,7 @@ backends:
 
 def kspec(*args, cwd):
     proc = subprocess.run(
-        [sys.executable, "-c", "import cli; cli.run()", *map(str, args)],
+        [sys.executable, "-m", "kspec", *map(str, args)],
         cwd=cwd, capture_output=True, text=True, timeout=600, env=dict(os.environ, PYTHONPATH=str(ROOT)),
     )
     return proc.returncode, proc.stdout + proc.stderr
@@ -232,8 +233,8 @@ def test_configs_that_change_the_references_params_are_checked_against_their_own
     """layer_norm_dparams writes one partial-sum row per block of bm rows, and its reference
     takes bm too: each config is compared with the reference at its own bm (on the H200 the
     configs other than the default's bm were rejected with a shape mismatch)."""
-    from codegen import worker
-    from codegen.verify import Task
+    from kspec.codegen.run import worker
+    from kspec.codegen.verify import Task
 
     spec_path = ROOT / "specs" / "layer_norm_dparams.yaml"
     spec = pipeline.compile_spec(spec_path).spec
@@ -272,7 +273,7 @@ def test_sustained_tuning_times_each_config_against_the_reference(tmp_path):
 
 
 def test_sustained_entries_decide_the_embedded_config():
-    from codegen import tuning
+    from kspec.codegen.spec import tuning
 
     def entry(params, ms, **more):
         return {"backend": "triton", "bucket": [8192], "dtype": "bfloat16", "fixed": {}, "jax_version": "0.11.2",
@@ -324,7 +325,7 @@ def test_offering_other_values_keeps_the_tuning_and_embeds_only_what_is_offered(
 
 
 def test_interpret_mode_is_tuned_off_the_cpu_only_when_named():
-    import cli
+    from kspec import cli
 
     assert cli._tuned_here("interpret", None, "cpu")
     assert not cli._tuned_here("interpret", None, "gpu")  # its times say nothing about the GPU

@@ -18,7 +18,7 @@ PLANTED = Path(__file__).resolve().parent / "planted"
 
 def kspec(*args, cwd=ROOT, timeout=600):
     proc = subprocess.run(
-        [sys.executable, "-c", "import cli; cli.run()", *map(str, args)],
+        [sys.executable, "-m", "kspec", *map(str, args)],
         cwd=cwd,
         capture_output=True,
         text=True,

@@ -16,12 +16,12 @@ import textwrap
 from collections.abc import Mapping
 from typing import Any
 
-from . import dtypes as dt
-from . import mesh as _mesh
-from .backends import BACKENDS
-from .diagnostics import Diagnostic, did_you_mean
-from .expr import Expr, IndexMap
-from .instances import (
+from kspec.codegen.spec import dtypes as dt
+from kspec.codegen.checks import mesh as _mesh
+from kspec.codegen.backends import BACKENDS
+from kspec.codegen.diagnostics import Diagnostic, did_you_mean
+from kspec.codegen.spec.expr import Expr, IndexMap
+from kspec.codegen.checks.instances import (
     MAX_DTYPE_COMBINATIONS,
     MAX_SPEC_GRID_POINTS,
     _dtype_choices,
@@ -29,7 +29,7 @@ from .instances import (
     dtype_combinations,
     instantiate,
 )
-from .model import Case, Code, KernelSpec, Variant
+from kspec.codegen.spec.model import Case, Code, KernelSpec, Variant
 
 # Names the generated modules use; spec names may not shadow them.
 RESERVED = frozenset(
@@ -55,7 +55,7 @@ def check(spec: KernelSpec) -> list[Diagnostic]:
         for case in spec.cases + spec.bench:
             diags += _case_bindings(spec, case)
     if not diags:
-        from . import rules
+        from kspec.codegen.backends import rules
 
         budget = [MAX_SPEC_GRID_POINTS]  # shared by every case x backend walk of this spec
         for case in spec.cases + spec.bench:
@@ -73,7 +73,7 @@ def check(spec: KernelSpec) -> list[Diagnostic]:
                     for dtypes in supported:
                         diags += rules.check(dataclasses.replace(inst, dtypes=dtypes))
     if spec.sharding is not None:
-        from . import sharding
+        from kspec.codegen.checks import sharding
 
         diags += sharding.check(spec, per_case=not any(d.severity == "error" for d in diags))
     for variant in spec.variants.values():

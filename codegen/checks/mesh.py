@@ -13,8 +13,8 @@ from __future__ import annotations
 import dataclasses
 import itertools
 
-from .diagnostics import Diagnostic, did_you_mean
-from .rules import CHECKED_NUM_SMS, NUM_SMS
+from kspec.codegen.diagnostics import Diagnostic, did_you_mean
+from kspec.codegen.backends.rules import CHECKED_NUM_SMS, NUM_SMS
 
 MESH_BACKENDS = ("mosaic_gpu", "mosaic_tpu")
 ROLES = {"mosaic_gpu": ("grid", "cluster", "threads"), "mosaic_tpu": ("cores",)}

@@ -17,7 +17,7 @@ import json
 import re
 from pathlib import Path
 
-from .writer import atomic_write
+from kspec.codegen.emit.writer import atomic_write
 
 # Spec keys that do not change the generated kernel: editing them keeps tuning valid.
 # (`vjp` adds the backward pass around the kernel; the kernel itself stays the same.)

@@ -12,12 +12,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from . import dtypes as dt
-from . import instances, model, rules
-from .backends import AUTO, BACKENDS
-from .diagnostics import Diagnostic, Location, did_you_mean
-from .expr import ExprError, NotEvaluable
-from .vjp_model import Backward, Binding
+from kspec.codegen.spec import dtypes as dt
+from kspec.codegen.checks import instances
+from kspec.codegen.spec import model
+from kspec.codegen.backends import rules
+from kspec.codegen.backends import AUTO, BACKENDS
+from kspec.codegen.diagnostics import Diagnostic, Location, did_you_mean
+from kspec.codegen.spec.expr import ExprError, NotEvaluable
+from kspec.codegen.spec.vjp import Backward, Binding
 
 # -- diagnostics for backward specs that pipeline could not link -------------------
 

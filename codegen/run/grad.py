@@ -11,9 +11,9 @@ from __future__ import annotations
 import functools
 import time
 
-from . import dtypes as dt
-from .compare import compare_all
-from .verify import result
+from kspec.codegen.spec import dtypes as dt
+from kspec.codegen.run.compare import compare_all
+from kspec.codegen.verify import result
 
 
 def _wrt(prep) -> list:
@@ -58,7 +58,7 @@ def grad(task, prep, module, interpret, start: float) -> dict:
     """Compare gradients for one task; `module` is the kernel's generated _vjp.py."""
     import jax
 
-    from .worker import _upcast, rng_for, verdict_result
+    from kspec.codegen.run.worker import _upcast, rng_for, verdict_result
 
     spec, wrt = prep.spec, _wrt(prep)
     fn = module.differentiable(task.backend, tuple(sorted(prep.params.items())), interpret)
@@ -89,7 +89,7 @@ def lower(task, prep, module, start: float) -> dict:
 
     import jax
 
-    from .backends import BACKENDS
+    from kspec.codegen.backends import BACKENDS
 
     platform = BACKENDS[task.backend].lowering_platform
     wrt = _wrt(prep)

@@ -12,7 +12,7 @@ import dataclasses
 import math
 from typing import Mapping
 
-from .diagnostics import Location
+from kspec.codegen.diagnostics import Location
 
 REDUCTIONS = ("psum", "pmax", "pmin")  # lax collectives an output may be reduced with
 # Names `<kernel>_sharded` takes or calls: operands and params may not shadow them.

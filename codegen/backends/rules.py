@@ -15,8 +15,8 @@ import ast
 import itertools
 import math
 
-from . import dtypes as dt
-from .diagnostics import Diagnostic
+from kspec.codegen.spec import dtypes as dt
+from kspec.codegen.diagnostics import Diagnostic
 
 TPU_DEFAULT_VMEM_LIMIT = 16 * 1024 * 1024  # Mosaic's default scoped VMEM limit (v4/v5e)
 TPU_BUFFERS = 2  # BlockSpec inputs and outputs are double-buffered unless pipeline_mode says otherwise

@@ -12,12 +12,12 @@ import hashlib
 from collections.abc import Mapping
 from typing import Any
 
-from . import sharding_model as _sharding
-from . import tuning
-from . import vjp_model as _vjp
-from .diagnostics import Diagnostic, Location, SpecError
-from .expr import Expr, ExprError, IndexMap, parse_expr, parse_index_map
-from .loader import Document
+from kspec.codegen.spec import sharding as _sharding
+from kspec.codegen.spec import tuning
+from kspec.codegen.spec import vjp as _vjp
+from kspec.codegen.diagnostics import Diagnostic, Location, SpecError
+from kspec.codegen.spec.expr import Expr, ExprError, IndexMap, parse_expr, parse_index_map
+from kspec.codegen.spec.loader import Document
 
 
 @dataclasses.dataclass(frozen=True)

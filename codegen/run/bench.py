@@ -7,10 +7,10 @@ import functools
 import math
 import time
 
-from . import dtypes as dt
-from . import timing
-from .devices import Peak, peak_for
-from .verify import result
+from kspec.codegen.spec import dtypes as dt
+from kspec.codegen.run import timing
+from kspec.codegen.backends.devices import Peak, peak_for
+from kspec.codegen.verify import result
 
 
 def _nbytes(arrays) -> int:
@@ -296,7 +296,7 @@ def tune(task, prep, check_outputs, describe):
 
     import jax
 
-    from .tune import COMPILE_THREADS
+    from kspec.codegen.tune import COMPILE_THREADS
 
     configs = [dict(c) for c in task.configs]
     refs = {}  # the reference's outputs per value of the params it takes

@@ -21,10 +21,12 @@ from pathlib import Path
 
 import numpy as np
 
-from . import instances, multicore, pipeline
-from . import dtypes as dt
-from .compare import compare_all
-from .verify import Task, result
+from kspec.codegen.checks import instances
+from kspec.codegen.run import multicore
+from kspec.codegen import project as pipeline
+from kspec.codegen.spec import dtypes as dt
+from kspec.codegen.run.compare import compare_all
+from kspec.codegen.verify import Task, result
 
 _compiled: dict = {}
 
@@ -138,7 +140,7 @@ def tune_task(task: Task):
     except Exception as e:  # noqa: BLE001
         yield result(task, "error", _first_lines(e))
         return
-    from .benchrun import tune
+    from kspec.codegen.run.bench import tune
 
     yield from tune(task, prep, check_outputs, _first_lines)
 
@@ -205,14 +207,14 @@ def _run(task: Task, start: float) -> dict:
     import jax
 
     if task.mode == "ceilings":
-        from .benchrun import measure_ceilings
+        from kspec.codegen.run.bench import measure_ceilings
 
         return dict(result(task, "pass"), **measure_ceilings())
     prep = _prepare(task)
     if task.mode == "lower":
         return _lower(task, prep.fn, prep.inputs, prep.params, start)
     if task.mode == "bench":
-        from .benchrun import bench
+        from kspec.codegen.run.bench import bench
 
         return bench(task, prep, check_outputs)
     if task.mode == "sharded":
@@ -323,7 +325,7 @@ def _run_grad(task: Task, prep: Prepared, start: float) -> dict:
     the backward kernels too (without the race detector: it records one kernel's grid)."""
     import jax
 
-    from . import gradrun
+    from kspec.codegen.run import grad as gradrun
 
     module = _module(task, "_vjp")
     if task.mode == "lower-grad":
@@ -380,7 +382,7 @@ def verdict_result(task: Task, verdict: dict, seconds: float, tol: dict) -> dict
 def _lower(task: Task, fn, inputs, params, start: float) -> dict:
     import jax
 
-    from .backends import BACKENDS
+    from kspec.codegen.backends import BACKENDS
 
     platform = BACKENDS[task.backend].lowering_platform
     shapes = [jax.ShapeDtypeStruct(x.shape, x.dtype) for x in inputs]

@@ -6,8 +6,15 @@ import dataclasses
 import os
 from pathlib import Path
 
-from . import checks, loader, model, render, schema, tuning, vjp, writer
-from .diagnostics import Diagnostic, Location, SpecError
+from kspec.codegen.checks import semantic as checks
+from kspec.codegen.spec import loader
+from kspec.codegen.spec import model
+from kspec.codegen.emit import render
+from kspec.codegen.spec import schema
+from kspec.codegen.spec import tuning
+from kspec.codegen.checks import vjp
+from kspec.codegen.emit import writer
+from kspec.codegen.diagnostics import Diagnostic, Location, SpecError
 
 
 @dataclasses.dataclass

@@ -8,10 +8,10 @@ from __future__ import annotations
 import dataclasses
 import itertools
 
-from . import mesh as _mesh
-from .diagnostics import Diagnostic
-from .expr import Expr, ExprError, NotEvaluable, Slice
-from .model import BLOCKED, BOUNDED, ELEMENT, SQUEEZED, Case, KernelSpec, Variant
+from kspec.codegen.checks import mesh as _mesh
+from kspec.codegen.diagnostics import Diagnostic
+from kspec.codegen.spec.expr import Expr, ExprError, NotEvaluable, Slice
+from kspec.codegen.spec.model import BLOCKED, BOUNDED, ELEMENT, SQUEEZED, Case, KernelSpec, Variant
 
 MAX_GRID_POINTS = 1 << 14  # a full grid walk per case x backend at most this long
 MAX_SPEC_GRID_POINTS = 1 << 15  # index map evaluations by full walks, shared by all of a spec's cases

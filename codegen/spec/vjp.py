@@ -10,7 +10,7 @@ import dataclasses
 import re
 from collections.abc import Mapping
 
-from .diagnostics import Location
+from kspec.codegen.diagnostics import Location
 
 _COTANGENT = re.compile(r"^grad\(\s*([A-Za-z_][A-Za-z0-9_]*)\s*\)$")
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")

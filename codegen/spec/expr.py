@@ -17,7 +17,7 @@ import dataclasses
 import operator
 from typing import Any, Mapping
 
-from .diagnostics import Location
+from kspec.codegen.diagnostics import Location
 
 MAX_SOURCE = 1000
 MAX_MAGNITUDE = 1 << 62

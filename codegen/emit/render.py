@@ -10,16 +10,17 @@ from __future__ import annotations
 import ast
 import functools
 import textwrap
+from importlib import resources
 from pathlib import Path
 
 import jinja2
 
-from . import vjp as _vjp
-from .backends import AUTO, BACKENDS
-from .expr import Expr
-from .model import KernelSpec, Variant
+from kspec.codegen.checks import vjp as _vjp
+from kspec.codegen.backends import AUTO, BACKENDS
+from kspec.codegen.spec.expr import Expr
+from kspec.codegen.spec.model import KernelSpec, Variant
 
-TEMPLATES = Path(__file__).resolve().parent.parent / "templates"
+TEMPLATES = Path(str(resources.files("kspec") / "templates"))
 
 
 def _docstring(text: str, indent: int) -> str:
@@ -477,7 +478,7 @@ class _Context:
         return f"{cls}({', '.join(args)})"
 
     def tuning(self, tuned: dict) -> dict:
-        from . import tuning
+        from kspec.codegen.spec import tuning
 
         table = []
         choices = tuning.choices_of(self.spec.variants)

@@ -17,7 +17,7 @@ from typing import Any
 
 import yaml
 
-from .diagnostics import Diagnostic, Location, SpecError
+from kspec.codegen.diagnostics import Diagnostic, Location, SpecError
 
 MAX_FILE_BYTES = 1 << 20  # 1 MiB: a spec is a page of text, not a data set
 MAX_DEPTH = 32

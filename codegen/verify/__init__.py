@@ -13,9 +13,11 @@ import multiprocessing as mp
 import os
 import time
 
-from . import instances, pipeline, writer
-from . import dtypes as dt
-from .backends import BACKENDS
+from kspec.codegen.checks import instances
+from kspec.codegen import project as pipeline
+from kspec.codegen.emit import writer
+from kspec.codegen.spec import dtypes as dt
+from kspec.codegen.backends import BACKENDS
 
 STATUSES = ("pass", "fail", "error", "skip")
 # mosaic_tpu off a TPU runs in TPU interpret mode under this many schedules per task
@@ -123,7 +125,7 @@ def plan_sharded(
     sharded function on a mesh of N devices, per backend x case x dtype, against the reference.
     A mesh axis sized by the device count gets its size only now, so the split dims and the
     per-shard rules (E804, E806) are checked here too; a failure is an error result."""
-    from . import sharding
+    from kspec.codegen.checks import sharding
 
     tasks, done = [], []
     sharded = [c for c in compiled if c.spec.sharding is not None]
@@ -193,7 +195,7 @@ class Session:
         self.info = self._start()
 
     def _start(self) -> dict:
-        from . import worker
+        from kspec.codegen.run import worker
 
         ctx = mp.get_context("spawn")
         self._conn, child = ctx.Pipe()
@@ -289,7 +291,7 @@ def summary(results: list) -> dict:
 
 
 def to_json(results: list, *, seed: int, jax_version: str, device: str) -> dict:
-    from . import __version__
+    from kspec import __version__
 
     return {
         "kspec_version": __version__,

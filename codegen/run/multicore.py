@@ -33,7 +33,7 @@ import re
 
 import numpy as np
 
-from .model import BLOCKED, BOUNDED, ELEMENT, SQUEEZED
+from kspec.codegen.spec.model import BLOCKED, BOUNDED, ELEMENT, SQUEEZED
 
 # Schedule k takes COMBOS[k % 4] and its own seed: one pass over the four covers both DMA
 # modes and both core counts, and the first two already cover each once.

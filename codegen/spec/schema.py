@@ -9,13 +9,14 @@ from __future__ import annotations
 import functools
 import json
 import re
+from importlib import resources
 from pathlib import Path
 from typing import Iterable
 
-from .diagnostics import Diagnostic, SpecError, did_you_mean
-from .loader import Document
+from kspec.codegen.diagnostics import Diagnostic, SpecError, did_you_mean
+from kspec.codegen.spec.loader import Document
 
-SCHEMA_PATH = Path(__file__).resolve().parent.parent / "schema" / "kspec.schema.json"
+SCHEMA_PATH = Path(str(resources.files("kspec") / "schema" / "kspec.schema.json"))
 # A hostile file can hold thousands of errors (one per unknown key); the first
 # hundred say enough, and stopping there keeps the check fast.
 MAX_DIAGNOSTICS = 100

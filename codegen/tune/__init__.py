@@ -19,8 +19,9 @@ import math
 import random
 from collections import Counter
 
-from . import instances, rules
-from . import dtypes as dt
+from kspec.codegen.checks import instances
+from kspec.codegen.backends import rules
+from kspec.codegen.spec import dtypes as dt
 
 STRATEGIES = ("exhaustive", "random", "guided")
 COMPILE_THREADS = 4  # configs the worker compiles at once; guided's batch size after its first

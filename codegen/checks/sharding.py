@@ -12,9 +12,10 @@ from __future__ import annotations
 import dataclasses
 import math
 
-from . import instances, rules
-from .diagnostics import Diagnostic, did_you_mean
-from .sharding_model import SHARDED_NAMES, Sharding
+from kspec.codegen.checks import instances
+from kspec.codegen.backends import rules
+from kspec.codegen.diagnostics import Diagnostic, did_you_mean
+from kspec.codegen.spec.sharding import SHARDED_NAMES, Sharding
 
 
 def check(spec, per_case: bool = True) -> list:
