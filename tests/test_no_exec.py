@@ -32,7 +32,12 @@ PAYLOADS = {
     "shell": "$(touch MARKER) `touch MARKER`; touch MARKER",
     "backslashes": "\\\"\\'\\N{BULLET}\\x41\\u0041 \\",
     "format_braces": "{0.__class__} %s %(x)s {__import__}",
+    # reads as a valid expression (`N`) to a parser that drops comments
+    "comment_tail": 'N # """; __import__("os").system("touch MARKER"); """',
 }
+# Passes a `^...$` name pattern where `$` matches before a final newline (Python's re);
+# an expression is stripped of surrounding whitespace, so there it is only `N`.
+TRAILING_NEWLINE = "N\n"
 
 
 def _quoted(payload: str) -> str:
@@ -52,6 +57,7 @@ REFUSED_FIELDS = {
     "dtype_in_list": [("dtype: float32", "dtype: [float32, {p}]")],
     "follows": [("dtype: x}", "dtype: {p}}}")],
     "shape": [("x: {shape: [N]", "x: {{shape: [{p}]")],
+    "output_shape": [("o: {shape: [N]", "o: {{shape: [{p}]")],
     "grid": [('grid: ["cdiv(N, bs)"]', "grid: [{p}]")],
     "grid_axis_name": [('grid: ["cdiv(N, bs)"]', "grid: {{{p}: cdiv(N, bs)}}")],
     "block_shape": [("x: {block_shape: [bs]", "x: {{block_shape: [{p}]")],
@@ -111,6 +117,30 @@ def test_payload_in_a_name_or_expression_is_refused(field, tmp_path, monkeypatch
         for d in compiled.diagnostics:
             assert re.match(rf"{re.escape(str(path))}:\d+:\d+: error\[E\d{{3}}\]: ", d.format()), d.format()
     assert not (tmp_path / "MARKER").exists()
+
+
+NAME_FIELDS = sorted(f for f in REFUSED_FIELDS if "name" in f or f in ("follows", "dtype", "dtype_in_list", "case_dim_key",
+                                                                      "case_dtype", "case_param", "tolerance_key",
+                                                                      "case_tolerance_key", "backend_dtypes", "compiler_param_key"))
+
+
+@pytest.mark.parametrize("field", NAME_FIELDS)
+def test_a_name_with_a_trailing_newline_is_refused(field, tmp_path):
+    path = tmp_path / "tiny.yaml"
+    path.write_text(spec_with(REFUSED_FIELDS, field, TRAILING_NEWLINE), encoding="utf-8")
+    compiled = pipeline.compile_spec(path)
+    assert not compiled.ok, field
+    for d in compiled.diagnostics:
+        assert re.match(rf"{re.escape(str(path))}:\d+:\d+: error\[E\d{{3}}\]: ", d.format()), d.format()
+
+
+def test_the_schema_reads_a_final_dollar_as_the_end_of_the_text(tmp_path):
+    path = tmp_path / "tiny.yaml"
+    path.write_text(spec_with(REFUSED_FIELDS, "param_name", TRAILING_NEWLINE), encoding="utf-8")
+    (d,) = pipeline.compile_spec(path).diagnostics
+    assert d.format().startswith(f"{path}:5:3: error[E200]: ")
+    assert d.message == 'params: "N\\n" is not a valid name'
+    assert d.hint == "names are Python identifiers: letters, digits and _"
 
 
 def _blank_strings(tree: ast.AST) -> ast.AST:
@@ -269,3 +299,26 @@ def test_spec_file_name_cannot_inject_code(tmp_path):
     r = subprocess.run([*KSPEC, "generate", "--check"], cwd=tmp_path, env=env, capture_output=True, text=True)
     assert r.returncode == 0, r.stdout  # the banner still matches its content
     assert not (tmp_path / "MARKER").exists()
+
+
+def test_a_comment_in_an_expression_is_refused_where_it_starts(tmp_path):
+    """`N # ...` parses as `N`: the comment would otherwise ride along in the spec's text."""
+    path = tmp_path / "tiny.yaml"
+    payload = 'N # """; __import__("os").system("touch MARKER"); """'
+    path.write_text(mutate(V, ("o: {shape: [N]", f"o: {{shape: [{_quoted(payload)}]")), encoding="utf-8")
+    (d,) = pipeline.compile_spec(path).diagnostics
+    assert d.format() == f"{path}:9:18: error[E300]: a comment (`#`) is not allowed in an expression"
+
+
+def test_a_line_break_in_an_expression_is_refused_where_it_is(tmp_path):
+    path = tmp_path / "tiny.yaml"
+    path.write_text(mutate(V, ('grid: ["cdiv(N, bs)"]', 'grid: ["cdiv(N,\\n bs)"]')), encoding="utf-8")
+    (d,) = pipeline.compile_spec(path).diagnostics
+    assert d.format() == f"{path}:10:16: error[E300]: a line break is not allowed in an expression"
+
+
+def test_generated_docstrings_show_expressions_reprinted(tmp_path):
+    """The docstrings show each shape from its checked tree, not the spec's spelling."""
+    planned = _plan(tmp_path, mutate(V, ("o: {shape: [N]", "o: {shape: [ N+0 ]")))
+    assert "o [N + 0]" in planned["interpret.py"] and "N+0" not in planned["interpret.py"]
+

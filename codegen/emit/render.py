@@ -133,7 +133,7 @@ class _Context:
         self.bindings, self.shape_checks = [], []
         for op in spec.inputs:
             fresh = [
-                (i, e.source) for i, e in enumerate(op.shape) if e.source in spec.dims and e.source not in bound
+                (i, e.shown) for i, e in enumerate(op.shape) if e.shown in spec.dims and e.shown not in bound
             ]
             if fresh and len(fresh) == op.rank:
                 self.bindings.append(f"{', '.join(n for _, n in fresh)}{',' if op.rank == 1 else ''} = {op.name}.shape")
@@ -148,7 +148,7 @@ class _Context:
         if len(spec.dims) == 1:
             self.dims_tuple += ","
         self.dims_lhs = (", ".join(spec.dims) + ("," if len(spec.dims) == 1 else "")) if spec.dims else "_"
-        outs = [f"{o.name} [{', '.join(e.source for e in o.shape)}]" for o in spec.outputs]
+        outs = [f"{o.name} [{', '.join(e.shown for e in o.shape)}]" for o in spec.outputs]
         self.returns = outs[0] if len(outs) == 1 else "the tuple (" + ", ".join(outs) + ")"
 
     def common(self) -> dict:
@@ -223,7 +223,7 @@ class _Context:
                 for o in spec.outputs
             ]
         input_docs = [
-            f"{o.name}: [{', '.join(e.source for e in o.shape)}] "
+            f"{o.name}: [{', '.join(e.shown for e in o.shape)}] "
             f"{'same dtype as ' + o.follows if o.follows else ' | '.join(o.dtypes)}"
             + (f". {o.doc.strip()}" if o.doc else "")
             for o in spec.inputs
@@ -345,7 +345,7 @@ class _Context:
             options += [f'wg_axis="{thread}"', f"num_compute_wgs={pipe.compute_wgs}", f"memory_registers={pipe.memory_registers}"]
         if gpu:
             options.append(f"max_concurrent_steps={pipe.buffers.render() if pipe.buffers is not None else 2}")
-        views = [f"{pb.operand} [{', '.join(e.source for e in (pb.view or self.spec.operand(pb.operand).shape))}]"
+        views = [f"{pb.operand} [{', '.join(e.shown for e in (pb.view or self.spec.operand(pb.operand).shape))}]"
                  for pb in pipe.blocks]
         function = ("plgpu.emit_pipeline_warp_specialized" if pipe.compute_wgs else "plgpu.emit_pipeline") if gpu \
             else "pltpu.emit_pipeline"

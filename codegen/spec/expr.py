@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import io
 import operator
+import tokenize
 from typing import Any, Mapping
 
 from kspec.codegen.diagnostics import Location
@@ -80,6 +82,12 @@ class Expr:
         return _render(self.tree, traced)
 
     @property
+    def shown(self) -> str:
+        """The expression re-printed from its checked tree (`cdiv(N, bs)`), for generated
+        docstrings: never the raw text of the spec."""
+        return ast.unparse(self.tree)
+
+    @property
     def constant(self) -> Any:
         return self.tree.value if isinstance(self.tree, ast.Constant) else None
 
@@ -116,6 +124,7 @@ def parse_expr(value: Any, *, subscripts: bool = False) -> Expr:
         raise ExprError("E300", f"expression longer than {MAX_SOURCE} characters")
     source = value.strip()
     lead = len(value) - len(value.lstrip())
+    _refuse_hidden_text(source, lead)
     try:
         tree = ast.parse(source, mode="eval").body
     except SyntaxError as e:
@@ -127,6 +136,22 @@ def parse_expr(value: Any, *, subscripts: bool = False) -> Expr:
     names: set = set()
     _check(tree, names, subscripts, lead)
     return Expr(source, tree, frozenset(names))
+
+
+def _refuse_hidden_text(source: str, lead: int) -> None:
+    """An expression is one line of code and nothing else: a comment or a line break could
+    carry text that the parsed tree does not show (and that a reader of the spec takes for
+    part of the expression), so both are refused where they start."""
+    for i, ch in enumerate(source):
+        if ch in "\r\n\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029":
+            raise ExprError("E300", "a line break is not allowed in an expression", lead + i)
+    try:
+        tokens = list(tokenize.generate_tokens(io.StringIO(source).readline))
+    except (tokenize.TokenError, SyntaxError, ValueError, RecursionError, MemoryError):
+        return  # ast.parse reports it
+    for tok in tokens:
+        if tok.type == tokenize.COMMENT:
+            raise ExprError("E300", "a comment (`#`) is not allowed in an expression", lead + tok.start[1])
 
 
 def parse_index_map(value: Any, *, subscripts: bool = False) -> IndexMap:

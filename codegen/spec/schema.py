@@ -35,11 +35,27 @@ def schema() -> dict:
     return json.loads(SCHEMA_PATH.read_text(encoding="utf-8"))
 
 
+def _ecma(pattern: str) -> str:
+    """A schema `pattern` with ECMA-262's meaning of a final `$`: the end of the text.
+    Python's `$` also matches before a final newline, so `"x\\n"` would pass `^[a-z]+$`."""
+    if pattern.endswith("$") and not pattern.endswith("\\$"):
+        return pattern[:-1] + "\\Z"
+    return pattern
+
+
+def _pattern(validator, pattern, instance, schema):
+    if validator.is_type(instance, "string") and not re.search(_ecma(pattern), instance):
+        import jsonschema
+
+        yield jsonschema.ValidationError(f"{instance!r} does not match {pattern!r}")
+
+
 @functools.lru_cache(maxsize=1)
 def _validator():
     import jsonschema
 
-    return jsonschema.Draft202012Validator(schema())
+    ecma = jsonschema.validators.extend(jsonschema.Draft202012Validator, {"pattern": _pattern})
+    return ecma(schema())
 
 
 def _shown(path) -> str:
