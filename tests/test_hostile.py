@@ -8,7 +8,6 @@ create a MARKER file in the working directory, which is tmp_path).
 from __future__ import annotations
 
 import ast
-import time
 import warnings
 
 import pytest
@@ -105,17 +104,13 @@ BOMBS = {"billion_laughs", "deep_brackets", "deep_mappings", "two_mib", "huge_in
 def test_rejected(name, kspec, write_spec, tmp_path):
     content, where = REJECTED[name]
     path = write_spec(content, "hostile")
-    start = time.monotonic()
     r = kspec("generate", path)
-    elapsed = time.monotonic() - start
     assert r.rc == 2, r.both
     assert r.out.startswith(f"{path.as_posix()}:{where}: "), r.out
     assert "Traceback" not in r.both
     assert r.err == ""
     assert not (tmp_path / "generated").exists()
-    assert not (tmp_path / "MARKER").exists()
-    if name in BOMBS:
-        assert elapsed < 2.0, f"{name} took {elapsed:.2f}s"
+    assert not (tmp_path / "MARKER").exists()  # the bombs' work and memory bounds: test_bounds.py
 
 
 def test_nan_is_refused_where_it_is_written(kspec, write_spec):
@@ -127,11 +122,10 @@ def test_nan_is_refused_where_it_is_written(kspec, write_spec):
 
 
 def test_huge_grid_is_checked_fast(kspec, write_spec, tmp_path):
-    """2**37 grid points: the checks sample the grid instead of walking (or listing) it."""
+    """2**37 grid points: the checks sample the grid instead of walking (or listing) it
+    (test_bounds.py counts the work of such grids)."""
     path = write_spec(mutate(V, ("N: 64", "N: 1073741824")))
-    start = time.monotonic()
     r = kspec("check", path)
-    assert time.monotonic() - start < 2.0
     assert (r.rc, r.out) == (0, "1 spec(s) OK\n"), r.both
 
 
