@@ -6,6 +6,9 @@ overwrite); 2 invalid input or usage.
 
 from __future__ import annotations
 
+import contextlib
+import math
+import os
 import sys
 from collections import Counter
 from pathlib import Path
@@ -43,6 +46,67 @@ app = typer.Typer(
 )
 
 PathsArg = typer.Argument(None, help="Spec files or folders (default: specs/).", show_default=False)
+
+
+def _seconds(value: Optional[float]) -> Optional[float]:
+    """A time limit: a positive, finite number of seconds (checked before anything runs)."""
+    if value is not None and not (math.isfinite(value) and value > 0):
+        raise typer.BadParameter(f"{value} is not a positive, finite number of seconds")
+    return value
+
+
+def _report_path(value: Optional[Path]) -> Optional[Path]:
+    """Where a report goes: `-` for standard output, else a file whose folder exists and can be
+    written (checked before the run, so a long run never ends in a path error)."""
+    if value is None or str(value) == "-":
+        return value
+    if value.is_dir():
+        raise typer.BadParameter(f"{_shown(value)} is a folder")
+    folder = value.parent if str(value.parent) else Path(".")
+    if not folder.is_dir():
+        raise typer.BadParameter(f"folder {_shown(folder)} does not exist")
+    if not os.access(folder, os.W_OK) or (value.exists() and not os.access(value, os.W_OK)):
+        raise typer.BadParameter(f"{_shown(value)} cannot be written")
+    return value
+
+
+def _file_path(value: Optional[Path]) -> Optional[Path]:
+    """A report that is a file (a PNG plot): `-` is not a file."""
+    if value is not None and str(value) == "-":
+        raise typer.BadParameter("this report cannot go to standard output; name a file")
+    return _report_path(value)
+
+
+def _write_report(path: Optional[Path], text: str) -> None:
+    """Write a report to `path`, or to standard output for `-`."""
+    if path is None:
+        return
+    if str(path) == "-":
+        sys.stdout.write(text)
+        sys.stdout.flush()
+    else:
+        path.write_text(text)
+
+
+def _human_output(*paths):
+    """Where the tables and progress go: standard output, or standard error when a report
+    (`--json -`, ...) takes standard output, so that it holds the report alone."""
+    if any(p is not None and str(p) == "-" for p in paths):
+        return contextlib.redirect_stdout(sys.stderr)
+    return contextlib.nullcontext()
+
+
+def _unknown_cases(results, names, attribute: str) -> Optional[str]:
+    """The message for --case names that match no case of the selected specs (None if all match)."""
+    known = sorted({c.name for r in results if r.spec is not None for c in getattr(r.spec, attribute)})
+    missing = [n for n in names or [] if n not in known]
+    if not missing:
+        return None
+    from kspec.codegen.diagnostics import did_you_mean
+
+    hint = did_you_mean(missing[0], known)
+    return (f"no case named {missing[0]!r} in the selected specs" + (f" ({hint})" if hint else "")
+            + f"; known: {', '.join(known) or 'none'}")
 
 
 def _version(value: bool) -> None:
@@ -147,10 +211,10 @@ def verify(
     backend: Optional[List[str]] = typer.Option(None, "--backend", "-b", help="Only these backends (repeatable)."),
     case: Optional[List[str]] = typer.Option(None, "--case", help="Only cases with these names (repeatable)."),
     seed: Optional[int] = typer.Option(None, "--seed", help="Seed for the random inputs (default: fresh, printed)."),
-    json_path: Optional[Path] = typer.Option(None, "--json", help="Write results as JSON (see docs/verify.md)."),
-    junit_path: Optional[Path] = typer.Option(None, "--junit", help="Write results as JUnit XML."),
+    json_path: Optional[Path] = typer.Option(None, "--json", callback=_report_path, help="Write results as JSON; - for standard output (see docs/verify.md)."),
+    junit_path: Optional[Path] = typer.Option(None, "--junit", callback=_report_path, help="Write results as JUnit XML; - for standard output."),
     lower: bool = typer.Option(False, "--lower", help="Lower each backend for its own platform instead of running."),
-    timeout: float = typer.Option(300.0, "--timeout", help="Seconds allowed per case."),
+    timeout: float = typer.Option(300.0, "--timeout", callback=_seconds, help="Seconds allowed per case."),
     repeat: int = typer.Option(1, "--repeat", min=1, help="Run everything with N seeds: seed, seed+1, ..."),
     schedules: int = typer.Option(
         DEFAULT_SCHEDULES, "--schedules", min=1,
@@ -169,37 +233,37 @@ def verify(
 
     from kspec.codegen import verify as v
 
-    results, session, seed = _start_run(paths, backend, seed, timeout, devices)
-    info = session.info
-    if devices:
-        tasks, skipped = v.plan_sharded(
-            results, devices=devices, device_count=info["device_count"], backends=backend or [], cases=case or [],
-            seed=seed, platform=info["platform"],
+    with _human_output(json_path, junit_path):
+        results, session, seed = _start_run(paths, backend, seed, timeout, devices, cases=case)
+        info = session.info
+        if devices:
+            tasks, skipped = v.plan_sharded(
+                results, devices=devices, device_count=info["device_count"], backends=backend or [], cases=case or [],
+                seed=seed, platform=info["platform"],
+            )
+        else:
+            tasks, skipped = v.plan(
+                results, backends=backend or [], cases=case or [], seed=seed, lower=lower, platform=info["platform"],
+                repeat=repeat, schedules=schedules,
+            )
+        try:
+            outcomes = _run_with_progress(session, tasks)
+        finally:
+            session.close()
+        outcomes += [r for r in skipped if r["status"] != "skip"]  # --devices: errors found while planning
+        skipped = [r for r in skipped if r["status"] == "skip"]
+        rows = outcomes + skipped
+        typer.echo(_table(outcomes))
+        for (name, why), n in sorted(Counter((r["backend"], r["message"]) for r in skipped).items()):
+            typer.echo(f"skipped {n} {name} task(s): {why}")
+        counts = v.summary(rows)
+        typer.echo(
+            f"{counts['pass']} passed, {counts['fail']} failed, {counts['error']} errors, {counts['skip']} skipped"
         )
-    else:
-        tasks, skipped = v.plan(
-            results, backends=backend or [], cases=case or [], seed=seed, lower=lower, platform=info["platform"],
-            repeat=repeat, schedules=schedules,
-        )
-    try:
-        outcomes = _run_with_progress(session, tasks)
-    finally:
-        session.close()
-    outcomes += [r for r in skipped if r["status"] != "skip"]  # --devices: errors found while planning
-    skipped = [r for r in skipped if r["status"] == "skip"]
-    rows = outcomes + skipped
-    typer.echo(_table(outcomes))
-    for (name, why), n in sorted(Counter((r["backend"], r["message"]) for r in skipped).items()):
-        typer.echo(f"skipped {n} {name} task(s): {why}")
-    counts = v.summary(rows)
     if json_path:
         payload = v.to_json(rows, seed=seed, jax_version=info["jax_version"], device=info["device"])
-        json_path.write_text(json.dumps(payload, indent=2) + "\n")
-    if junit_path:
-        junit_path.write_text(v.to_junit(rows))
-    typer.echo(
-        f"{counts['pass']} passed, {counts['fail']} failed, {counts['error']} errors, {counts['skip']} skipped"
-    )
+        _write_report(json_path, json.dumps(payload, indent=2) + "\n")
+    _write_report(junit_path, v.to_junit(rows) if junit_path else "")
     raise typer.Exit(1 if counts["fail"] or counts["error"] else 0)
 
 
@@ -210,11 +274,11 @@ def bench(
     case: Optional[List[str]] = typer.Option(None, "--case", help="Only bench cases with these names (repeatable)."),
     samples: int = typer.Option(20, "--samples", min=3, help="Timed samples per figure."),
     seed: Optional[int] = typer.Option(None, "--seed", help="Seed for the random inputs."),
-    json_path: Optional[Path] = typer.Option(None, "--json", help="Write results as JSON (see docs/bench.md)."),
-    markdown_path: Optional[Path] = typer.Option(None, "--markdown", help="Write a markdown report."),
-    plot_path: Optional[Path] = typer.Option(None, "--plot", help="Write a PNG plot (needs matplotlib)."),
+    json_path: Optional[Path] = typer.Option(None, "--json", callback=_report_path, help="Write results as JSON; - for standard output (see docs/bench.md)."),
+    markdown_path: Optional[Path] = typer.Option(None, "--markdown", callback=_report_path, help="Write a markdown report; - for standard output."),
+    plot_path: Optional[Path] = typer.Option(None, "--plot", callback=_file_path, help="Write a PNG plot (needs matplotlib)."),
     measure_ceilings: bool = typer.Option(False, "--measure-ceilings", help="Measure copy bandwidth and bf16 matmul peak here and use them as the roofline."),
-    timeout: float = typer.Option(900.0, "--timeout", help="Seconds allowed per bench case."),
+    timeout: float = typer.Option(900.0, "--timeout", callback=_seconds, help="Seconds allowed per bench case."),
 ) -> None:
     """Time each kernel x backend x bench case against its XLA reference and the spec's competitors, side by side."""
     import datetime
@@ -230,36 +294,37 @@ def bench(
         except ImportError:
             typer.echo("error: --plot needs matplotlib: pip install 'kspec[plot]'", err=True)
             raise typer.Exit(2)
-    results, session, seed = _start_run(paths, backend, seed, timeout)
-    info = session.info
-    try:
-        ceilings, roofline = (), "vendor peak table (codegen/devices.py)"
-        if measure_ceilings:
-            measured = session.run(bn.ceilings_task())
-            ceilings = (measured["bandwidth_gbs"], measured["tflops_bf16"])
-            roofline = f"measured here: copy {ceilings[0]:.0f} GB/s, bf16 matmul {ceilings[1]:.1f} TFLOP/s"
-            typer.echo(f"ceilings: {roofline}")
-        tasks, skipped = bn.plan(results, backends=backend or [], cases=case or [], seed=seed,
-                                 samples=samples, platform=info["platform"], ceilings=ceilings)
-        rows = _run_with_progress(session, tasks)
-    finally:
-        session.close()
-    meta = {"device": info["device"], "jax_version": info["jax_version"], "kspec_version": version,
-            "date": datetime.date.today().isoformat(), "seed": seed, "samples": samples, "roofline": roofline}
-    typer.echo(bn.markdown(rows, meta=meta))
-    for r in rows:
-        if r["status"] == "fail" and r.get("ms") is not None:  # timed, but below the case's min_speedup
-            typer.echo(f"{r['kernel']}[{r['backend']}] {r['case']} {r['dtype']}: {r['message']}")
-    for (name, why), n in sorted(Counter((r["backend"], r["message"]) for r in skipped).items()):
-        typer.echo(f"skipped {n} {name} task(s): {why}")
+    with _human_output(json_path, markdown_path):
+        results, session, seed = _start_run(paths, backend, seed, timeout, cases=case, case_kind="bench")
+        info = session.info
+        try:
+            ceilings, roofline = (), "vendor peak table (kspec.codegen.backends.devices)"
+            if measure_ceilings:
+                measured = session.run(bn.ceilings_task())
+                ceilings = (measured["bandwidth_gbs"], measured["tflops_bf16"])
+                roofline = f"measured here: copy {ceilings[0]:.0f} GB/s, bf16 matmul {ceilings[1]:.1f} TFLOP/s"
+                typer.echo(f"ceilings: {roofline}")
+            tasks, skipped = bn.plan(results, backends=backend or [], cases=case or [], seed=seed,
+                                     samples=samples, platform=info["platform"], ceilings=ceilings)
+            rows = _run_with_progress(session, tasks)
+        finally:
+            session.close()
+        meta = {"device": info["device"], "jax_version": info["jax_version"], "kspec_version": version,
+                "date": datetime.date.today().isoformat(), "seed": seed, "samples": samples, "roofline": roofline}
+        typer.echo(bn.markdown(rows, meta=meta))
+        for r in rows:
+            if r["status"] == "fail" and r.get("ms") is not None:  # timed, but below the case's min_speedup
+                typer.echo(f"{r['kernel']}[{r['backend']}] {r['case']} {r['dtype']}: {r['message']}")
+        for (name, why), n in sorted(Counter((r["backend"], r["message"]) for r in skipped).items()):
+            typer.echo(f"skipped {n} {name} task(s): {why}")
+        if plot_path:
+            bn.plot(rows, str(plot_path))
+        counts = v.summary(rows + skipped)
+        typer.echo(f"{counts['pass']} passed, {counts['fail']} failed, {counts['error']} errors, {counts['skip']} skipped")
     if json_path:
-        json_path.write_text(json.dumps(dict(meta, results=rows + skipped), indent=2) + "\n")
+        _write_report(json_path, json.dumps(dict(meta, results=rows + skipped), indent=2) + "\n")
     if markdown_path:
-        markdown_path.write_text(bn.markdown(rows, meta=meta))
-    if plot_path:
-        bn.plot(rows, str(plot_path))
-    counts = v.summary(rows + skipped)
-    typer.echo(f"{counts['pass']} passed, {counts['fail']} failed, {counts['error']} errors, {counts['skip']} skipped")
+        _write_report(markdown_path, bn.markdown(rows, meta=meta))
     raise typer.Exit(1 if counts["fail"] or counts["error"] else 0)
 
 
@@ -282,7 +347,7 @@ def tune(
         help="Most configs to try per case (default: all; guided: a third of the pruned space, counting the "
              "trials already recorded).",
     ),
-    budget_seconds: Optional[float] = typer.Option(None, "--budget-seconds", min=1, help="Stop starting new cases after this long."),
+    budget_seconds: Optional[float] = typer.Option(None, "--budget-seconds", min=1, callback=_seconds, help="Stop starting new cases after this long."),
     samples: int = typer.Option(10, "--samples", min=3, help="Timed samples per config."),
     sustained: bool = typer.Option(
         False, "--sustained",
@@ -292,7 +357,7 @@ def tune(
     ),
     seed: Optional[int] = typer.Option(None, "--seed", help="Seed for inputs and the random and guided strategies."),
     tuning_dir: Optional[Path] = typer.Option(None, "--tuning-dir", help="Where results go (default: tuning/ beside generated/)."),
-    timeout: float = typer.Option(1800.0, "--timeout", help="Seconds allowed per config batch."),
+    timeout: float = typer.Option(1800.0, "--timeout", callback=_seconds, help="Seconds allowed per config batch."),
 ) -> None:
     """Search each spec's param choices for the fastest correct config; results go to tuning/."""
     import time
@@ -304,7 +369,7 @@ def tune(
     if strategy not in tn.STRATEGIES:
         typer.echo("error: --strategy must be exhaustive, random or guided", err=True)
         raise typer.Exit(2)
-    results, session, seed = _start_run(paths, backend, seed, timeout)
+    results, session, seed = _start_run(paths, backend, seed, timeout, cases=case, case_kind="bench")
     info = session.info
     started = time.monotonic()
     failed = False
@@ -433,8 +498,8 @@ def _stream_with_progress(session, task, started: int, total: int):
         yield row
 
 
-def _start_run(paths, backends, seed, timeout, devices=None):
-    """Shared start of verify/bench/tune: check specs and drift, start a worker, print the seed."""
+def _start_run(paths, backends, seed, timeout, devices=None, cases=None, case_kind="cases"):
+    """Shared start of verify/bench/tune: check specs, case names and drift, start a worker, print the seed."""
     import secrets
 
     from kspec.codegen import verify as v
@@ -448,6 +513,10 @@ def _start_run(paths, backends, seed, timeout, devices=None):
     code = _summary(results)
     if code:
         raise typer.Exit(code)
+    unknown_case = _unknown_cases(results, cases, case_kind)
+    if unknown_case:
+        typer.echo(f"error: {unknown_case}", err=True)
+        raise typer.Exit(2)
     drift = v.stale(results)
     if drift:
         for path, reason in drift:

@@ -174,3 +174,38 @@ def test_unknown_backend_is_a_usage_error():
     rc, _, err = kspec("verify", "--backend", "cuda")
     assert rc == 2
     assert "unknown backend 'cuda'" in err
+
+
+ADD = ROOT / "specs" / "add.yaml"
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "nan", "inf"])
+def test_a_timeout_that_is_not_a_positive_number_is_refused_before_the_run(value, tmp_path):
+    rc, out, err = kspec("verify", "--timeout", value, cwd=project(tmp_path, ADD))
+    assert rc == 2
+    shown = {"0": "0.0", "-1": "-1.0"}.get(value, value)
+    assert f"Invalid value for '--timeout': {shown} is not a positive, finite number of seconds" in err
+    assert "seed:" not in out  # refused before any worker started
+
+
+def test_an_unknown_case_is_refused_with_the_known_ones(tmp_path):
+    rc, out, err = kspec("verify", "--case", "squar", cwd=project(tmp_path, ADD))
+    assert rc == 2
+    assert err == "error: no case named 'squar' in the selected specs (did you mean `square`?); known: ragged, square\n"
+
+
+@pytest.mark.parametrize("where, says", [("missing/r.json", "folder missing does not exist"), ("specs", "specs is a folder")])
+def test_a_report_path_that_cannot_be_written_is_refused_before_the_run(where, says, tmp_path):
+    rc, out, err = kspec("verify", "--json", where, cwd=project(tmp_path, ADD))
+    assert rc == 2
+    assert f"Invalid value for '--json': {says}" in err
+    assert "seed:" not in out
+
+
+def test_json_to_standard_output_holds_the_report_alone(tmp_path):
+    rc, out, err = kspec("verify", "--case", "ragged", "--backend", "interpret", "--json", "-", cwd=project(tmp_path, ADD))
+    assert rc == 0, err
+    report = json.loads(out)  # nothing else on standard output
+    assert {r["case"] for r in report["results"]} == {"ragged"}
+    assert err.splitlines()[-1] == "1 passed, 0 failed, 0 errors, 0 skipped"
+    assert not (tmp_path / "-").exists()
