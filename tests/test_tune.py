@@ -212,7 +212,7 @@ def test_static_score_of_the_matmul_spec():
     spec = pipeline.compile_spec(ROOT / "specs" / "matmul.yaml").spec
     variant, case = spec.variants["triton"], next(c for c in spec.bench if c.name == "b8192")
     assign = next(iter(instances.dtype_assignments(spec, case)))
-    configs = tn.space(variant)
+    configs = list(tn.space(variant))
     score = dict(zip(map(tn.key, configs), tn.scores(spec, variant, case, assign, configs, peak_for("NVIDIA H200"))))
 
     def of(bm, bn, warps):
@@ -332,3 +332,19 @@ def test_interpret_mode_is_tuned_off_the_cpu_only_when_named():
     assert cli._tuned_here("interpret", ["interpret"], "gpu")
     assert cli._tuned_here("triton", None, "gpu") and not cli._tuned_here("triton", ["mosaic_gpu"], "gpu")
     assert not cli._tuned_here("triton", ["triton"], "cpu")  # named, but the CPU cannot run it
+
+
+def test_the_space_is_enumerated_one_config_at_a_time():
+    """64 choices for each of 62 params: 64**62 configs, of which the first comes at once
+    (`kspec check` refuses such a space, E415; the tuner never builds one whole)."""
+    from test_bounds import PARAMS_64
+
+    from kspec.codegen.spec import loader, model, schema
+
+    doc = loader.load_text(PARAMS_64, "big.yaml")
+    schema.validate(doc)
+    variant = model.build(doc).variants["interpret"]
+    configs = tn.space(variant)
+    first = next(configs)
+    assert first == {f"p{i}": 1 for i in range(63)}
+    assert next(configs) == dict(first, p62=2)

@@ -11,6 +11,7 @@ import ast
 import builtins
 import dataclasses
 import keyword
+import math
 import sys
 import textwrap
 from collections.abc import Mapping
@@ -38,6 +39,7 @@ RESERVED = frozenset(
     | set(keyword.kwlist)
     | set(dir(builtins))
 )
+MAX_TUNE_SPACE = 1 << 16  # configs one backend's params may offer `kspec tune` (the library's largest: 125)
 ALLOWED_IMPORT_ROOTS = frozenset({"jax", "numpy"}) | frozenset(sys.stdlib_module_names)
 
 
@@ -45,7 +47,7 @@ def check(spec: KernelSpec) -> list[Diagnostic]:
     diags = _names(spec) + _dtypes(spec) + _code(spec)
     diags += _prefetch(spec) + _inits(spec) + _aliases(spec)
     for variant in spec.variants.values():
-        diags += _structure(spec, variant) + _backend_surface(spec, variant)
+        diags += _structure(spec, variant) + _backend_surface(spec, variant) + _tune_space(variant)
         diags += _mesh.structure(spec, variant, _unknown)
     if spec.cost is not None:
         scope = set(spec.dims) | {p.name for v in spec.variants.values() for p in v.params}
@@ -79,6 +81,19 @@ def check(spec: KernelSpec) -> list[Diagnostic]:
     for variant in spec.variants.values():
         diags += _unread_params(spec, variant)
     return _unique(diags)
+
+
+def _tune_space(v: Variant) -> list:
+    """E415: `kspec tune` searches the product of the params' choices; past MAX_TUNE_SPACE
+    configs no search could cover it (and pruning alone would take hours)."""
+    tunable = [p for p in v.params if p.choices]
+    size = math.prod(len(p.choices) for p in tunable)
+    if size <= MAX_TUNE_SPACE:
+        return []
+    widest = sorted(tunable, key=lambda p: -len(p.choices))[:3]
+    return [Diagnostic(
+        "E415", f"{v.backend}: the params' choices make {size:.3g} configs to tune; at most {MAX_TUNE_SPACE} allowed",
+        tunable[0].loc, "give fewer choices, e.g. to " + ", ".join(f"{p.name} ({len(p.choices)})" for p in widest))]
 
 
 def _reads(obj) -> set:

@@ -46,6 +46,7 @@ CODES: dict[str, str] = {
     "E412": "invalid input_output_aliases",
     "E413": "block spec feature not supported by the backend",
     "E414": "scratch kind not supported by the backend",
+    "E415": "too many configs to tune",
     "E420": "backward spec cannot be used",
     "E421": "unknown name in vjp",
     "E422": "backward kernel input or param bound wrongly",

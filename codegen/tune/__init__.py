@@ -30,18 +30,21 @@ REACH = 2  # and changes up to this many params at once: a tile size may pay onl
 SPILL_WORDS = 128  # per thread: Triton's output tile lives in registers (255 per thread), more spills
 
 
-def space(variant) -> list:
-    """Every config: {param: value} over the params that have choices."""
+def space(variant):
+    """Every config, {param: value} over the params that have choices, one at a time: the
+    space is never built whole (`kspec check` bounds its size, E415)."""
     tunable = [p for p in variant.params if p.choices]
-    return [dict(zip((p.name for p in tunable), combo)) for combo in itertools.product(*(p.choices for p in tunable))]
+    names = [p.name for p in tunable]
+    return (dict(zip(names, combo)) for combo in itertools.product(*(p.choices for p in tunable)))
 
 
 def key(cfg: dict) -> tuple:
     return tuple(sorted(cfg.items()))
 
 
-def prune(spec, variant, case, dtypes: dict, configs: list) -> tuple:
-    """(kept configs, [(config, reason)]) using the same checks as `kspec check`."""
+def prune(spec, variant, case, dtypes: dict, configs) -> tuple:
+    """(kept configs, [(config, reason)]) using the same checks as `kspec check`; `configs`
+    may be any iterable (space() yields them one at a time)."""
     kept, pruned = [], []
     for cfg in configs:
         trial = dataclasses.replace(case, params=dict(case.params, **cfg))
