@@ -132,7 +132,8 @@ def _report(compiled: pipeline.Compiled) -> None:
 def _compile_all(paths: Optional[List[Path]]) -> list:
     specs = pipeline.discover(paths or [])
     if not specs:
-        typer.echo("error: no spec files found (looked in specs/)", err=True)
+        where = ", ".join(_shown(p) for p in paths) if paths else "specs/"
+        typer.echo(f"error: no spec files found (looked in {where})", err=True)
         raise typer.Exit(2)
     memo: dict = {}
     results = pipeline.closure([pipeline.compile_spec(p, memo) for p in specs])

@@ -129,7 +129,7 @@ def discover(paths: list, root: Path | None = None) -> list:
         paths = [root / "specs" if root else Path("specs")]
     found = []
     for p in map(Path, paths):
-        if p.is_dir():
+        if p.is_dir() and p.suffix not in (".yaml", ".yml"):  # a folder named x.yaml is read, and refused, as a file
             found += sorted(q for q in p.iterdir() if q.suffix in (".yaml", ".yml") and q.is_file())
         else:
             found.append(p)

@@ -8,7 +8,9 @@ create a MARKER file in the working directory, which is tmp_path).
 from __future__ import annotations
 
 import ast
+import os
 import warnings
+from pathlib import Path
 
 import pytest
 
@@ -214,3 +216,35 @@ def test_jinja_in_body_is_literal(kspec, write_spec, tmp_path):
     r = kspec("generate", path)
     assert r.rc == 0, r.both
     assert "    " + line + "\n" in _generated(tmp_path)["interpret.py"]
+
+
+def _special(tmp_path, kind: str) -> Path:
+    """A spec path that is not a regular file: a FIFO (reading it would block), a link to
+    /dev/zero (reading it would never end) or a folder."""
+    path = tmp_path / "specs" / "special.yaml"
+    path.parent.mkdir(exist_ok=True)
+    if kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "dev_zero":
+        path.symlink_to("/dev/zero")
+    else:
+        path.mkdir()
+    return path
+
+
+@pytest.mark.parametrize("kind, what", [("fifo", "a FIFO"), ("dev_zero", "a character device"), ("folder", "a folder")])
+def test_a_spec_that_is_not_a_regular_file_is_refused(kind, what, kspec, tmp_path):
+    _special(tmp_path, kind)
+    r = kspec("check", "specs/special.yaml", timeout=30)
+    assert r.rc == 2, r.both
+    assert r.out.splitlines()[0] == f"specs/special.yaml:1:1: error[E110]: cannot read the spec file: it is {what}, not a regular file"
+
+
+@pytest.mark.parametrize("kind", ["fifo", "dev_zero"])
+def test_a_backward_spec_that_is_not_a_regular_file_is_refused(kind, kspec, write_spec, tmp_path):
+    _special(tmp_path, kind).rename(tmp_path / "specs" / "dx.yaml")
+    vjp = "vjp:\n  backward:\n    - spec: dx.yaml\n      inputs: {g: grad(o)}\n      grads: {dx: x}\n"
+    path = write_spec(V + vjp)
+    r = kspec("check", path, timeout=30)
+    assert r.rc == 2, r.both
+    assert "error[E420]" in r.out and "not a regular file" in r.out, r.out

@@ -24,6 +24,7 @@ CODES: dict[str, str] = {
     "E107": "spec is not valid UTF-8 text",
     "E108": "YAML nested too deeply",
     "E109": "scalar too long",
+    "E110": "not a regular file",
     "E200": "schema violation",
     "E201": "unknown key",
     "E202": "missing required key",

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 import re
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -323,12 +325,46 @@ def load_text(text: str, path: str) -> Document:
     return Document(path, text, data, builder.nodes)
 
 
+class NotRegular(OSError):
+    """A path that names something other than a regular file (a folder, a FIFO, a device)."""
+
+
+_KINDS = ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
+          (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
+
+
+def read_regular(path: str | Path, limit: int) -> bytes:
+    """Up to `limit` + 1 bytes of a regular file. Anything else raises NotRegular before a byte is
+    read: opening never blocks (O_NONBLOCK: a FIFO without a writer), and a link to a device such as
+    /dev/zero is refused by what it is, not by how long it is."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            kind = next((name for test, name in _KINDS if test(mode)), "not a regular file")
+            raise NotRegular(f"{kind}, not a regular file")
+        chunks, left = [], limit + 1
+        while left > 0:
+            chunk = os.read(fd, min(left, 1 << 20))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            left -= len(chunk)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
 def read_text(path: str | Path) -> str:
     """Read a spec file as UTF-8 text within the size limit. Raises SpecError."""
     shown = str(path)
     try:
-        with open(path, "rb") as f:
-            raw = f.read(MAX_FILE_BYTES + 1)
+        raw = read_regular(path, MAX_FILE_BYTES)
+    except NotRegular as e:
+        raise SpecError([Diagnostic("E110", f"cannot read the spec file: it is {e}", Location(shown))]) from None
+    except IsADirectoryError:
+        raise SpecError([Diagnostic("E110", "cannot read the spec file: it is a folder, not a regular file",
+                                    Location(shown))]) from None
     except OSError as e:
         raise SpecError([Diagnostic("E100", e.strerror or str(e), Location(shown))]) from None
     if len(raw) > MAX_FILE_BYTES:
