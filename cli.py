@@ -401,6 +401,17 @@ def tune(
     raise typer.Exit(1 if failed else 0)
 
 
+@app.command()
+def schema(
+    tuning: bool = typer.Option(False, "--tuning", help="The schema of tuning files (tuning/<kernel>/<device>.json) instead."),
+) -> None:
+    """Print the JSON Schema of spec files (or, with --tuning, of tuning files)."""
+    from importlib import resources
+
+    name = "tuning.schema.json" if tuning else "kspec.schema.json"
+    typer.echo((resources.files("kspec") / "schema" / name).read_text(encoding="utf-8"), nl=False)
+
+
 def _tuned_here(name: str, requested, platform: str) -> bool:
     """Whether `kspec tune` tunes backend `name` on this platform: the backends named with --backend,
     else every backend the platform runs, except interpret mode off the CPU (its times say nothing

@@ -102,25 +102,33 @@ def closure(results: list) -> list:
 
 
 def stale_tuning(spec: model.KernelSpec, path: Path) -> list:
-    """Warnings for tuning entries recorded against another version of the kernel."""
-    out = []
+    """The spec's tuning files checked: each must be valid (E110, E120 to E122), and entries
+    recorded against another version of the kernel are a warning (W900)."""
     root = tuning.tuning_dir(out_root_for(path))
-    for device_kind, entries in tuning.tables(root, spec.name).items():
+    tables, out = tuning.tables(_relative(root), spec.name)
+    tunable = {b: {p.name for p in v.params if p.choices} for b, v in spec.variants.items()}
+    for device_kind, entries in tables.items():
+        where = _relative(root) / spec.name / tuning.file_name(device_kind)
+        out += tuning.untuned_params(where, {"entries": entries}, tunable)
         old = tuning.stale(entries, spec.kernel_sha)
         if old:
-            where = root / spec.name / tuning.file_name(device_kind)
-            shown = os.path.relpath(where) if not os.path.relpath(where).startswith("..") else str(where)
             out.append(
                 Diagnostic(
                     "W900",
                     f"{len(old)} of {len(entries)} tuning entries for {device_kind} were recorded for another "
                     "version of the kernel and are ignored",
-                    Location(shown),
+                    Location(str(where)),
                     f"rerun `kspec tune {path}` on that device, or delete the stale entries",
                     severity="warning",
                 )
             )
     return out
+
+
+def _relative(path: Path) -> Path:
+    """`path` relative to the working directory when it lies below it (as diagnostics show it)."""
+    rel = os.path.relpath(path)
+    return Path(rel) if not rel.startswith("..") else path
 
 
 def discover(paths: list, root: Path | None = None) -> list:
@@ -146,7 +154,8 @@ def plan(compiled: Compiled, out_root: Path) -> tuple:
     spec = compiled.spec
     shown = Path(os.path.relpath(compiled.path.resolve(), out_root.resolve().parent)).as_posix()
     kernel_dir = out_root / spec.name
-    files = render.render(spec, shown, tuning.tables(tuning.tuning_dir(out_root), spec.name), compiled.linked)
+    tables, _ = tuning.tables(tuning.tuning_dir(out_root), spec.name)  # compile_spec reported its problems
+    files = render.render(spec, shown, tables, compiled.linked)
     planned = {kernel_dir / name: writer.with_banner(text, shown, spec.sha256) for name, text in files.items()}
     return kernel_dir, planned
 

@@ -32,7 +32,7 @@ from kspec.codegen.spec import tuning as tg
 
 def entries(root: Path, kernel: str, backend: str, case: str) -> list:
     out = []
-    for es in tg.tables(root, kernel).values():
+    for es in tg.tables(root, kernel)[0].values():
         out += [e for e in es if e["backend"] == backend and e.get("case") == case]
     return out
 

@@ -12,12 +12,16 @@ longer offers is kept but not embedded.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import re
+from importlib import resources
 from pathlib import Path
 
+from kspec.codegen.diagnostics import Diagnostic, Location
 from kspec.codegen.emit.writer import atomic_write
+from kspec.codegen.spec import loader
 
 # Spec keys that do not change the generated kernel: editing them keeps tuning valid.
 # (`vjp` adds the backward pass around the kernel; the kernel itself stays the same.)
@@ -111,22 +115,193 @@ class Store:
         atomic_write(self.path, json.dumps(doc, indent=1, sort_keys=True) + "\n")
 
 
+MAX_TUNING_BYTES = 64 << 20  # a tuning file of every trial of a shape family stays far below this
+
+
 def load(path: Path) -> list:
-    try:
-        return json.loads(path.read_text(encoding="utf-8")).get("entries", [])
-    except (OSError, ValueError, AttributeError):
-        return []
+    """The entries of a tuning file (none if it does not exist); `kspec tune` appends to them.
+    Callers reach here after `tables` has validated the file."""
+    doc, _ = read(path)
+    return list(doc["entries"]) if doc else []
 
 
-def tables(root: Path, kernel: str) -> dict:
-    """{device_kind: [entries]} for every tuning file of a kernel."""
-    out = {}
+def tables(root: Path, kernel: str) -> tuple:
+    """({device_kind: [entries]}, diagnostics) for every tuning file of a kernel. A file that
+    cannot be used is a located diagnostic (its entries are then left out)."""
+    out, diags = {}, []
     folder = root / kernel
-    if folder.is_dir():
+    if folder.is_dir() and not folder.is_symlink():
         for path in sorted(folder.glob("*.json")):
-            doc = json.loads(path.read_text(encoding="utf-8"))
-            out[doc.get("device_kind", path.stem)] = doc.get("entries", [])
+            doc, found = read(path)
+            diags += found
+            if doc is not None and not found:
+                out[doc["device_kind"]] = doc["entries"]
+    return out, diags
+
+
+def read(path: Path) -> tuple:
+    """(document, diagnostics) of one tuning file: a regular file of UTF-8 JSON without NaN or
+    Infinity, valid against schema/tuning.schema.json. (None, []) when it does not exist."""
+    shown = str(path)
+    try:
+        raw = loader.read_regular(path, MAX_TUNING_BYTES)
+    except FileNotFoundError:
+        return None, []
+    except loader.NotRegular as e:
+        return None, [Diagnostic("E110", f"cannot read the tuning file: it is {e}", Location(shown))]
+    except IsADirectoryError:
+        return None, [Diagnostic("E110", "cannot read the tuning file: it is a folder, not a regular file",
+                                 Location(shown))]
+    except OSError as e:
+        return None, [Diagnostic("E120", f"cannot read the tuning file: {e.strerror or e}", Location(shown))]
+    if len(raw) > MAX_TUNING_BYTES:
+        return None, [Diagnostic("E120", f"tuning file is larger than {MAX_TUNING_BYTES >> 20} MiB", Location(shown))]
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        good = raw[: e.start].decode("utf-8")
+        return None, [Diagnostic("E120", f"byte 0x{raw[e.start]:02x} is not valid UTF-8", _at(shown, good, len(good)))]
+    try:
+        doc = json.loads(text, parse_constant=_not_a_number)
+    except _NotANumber as e:
+        return None, [Diagnostic("E120", f"`{e}` is not a number: tuning files hold finite numbers only",
+                                 _at(shown, text, _first_constant(text)))]
+    except json.JSONDecodeError as e:
+        return None, [Diagnostic("E120", f"not valid JSON: {e.msg}", Location(shown, e.lineno, e.colno),
+                                 "a merge left conflict markers? keep one side, or delete the file and tune again")]
+    except RecursionError:
+        return None, [Diagnostic("E120", "not valid JSON: nested too deeply", Location(shown))]
+    errors = sorted(_validator().iter_errors(doc), key=lambda e: list(map(str, e.absolute_path)))
+    if errors:
+        where = _Positions(text)
+        return None, [_schema_error(shown, text, where, e) for e in errors[:20]]
+    return doc, []
+
+
+def untuned_params(path: Path, doc: dict, tunable: dict) -> list:
+    """E122 for each entry param that is not a tuned param of its backend ({backend: {param
+    names}}): the generated code would pass it to a kernel that does not take it."""
+    shown, text, where = str(path), None, None
+    out = []
+    for i, entry in enumerate(doc["entries"]):
+        allowed = tunable.get(entry["backend"])
+        if allowed is None:
+            continue
+        for name in entry["params"]:
+            if name not in allowed:
+                if where is None:
+                    text = loader.read_regular(path, MAX_TUNING_BYTES).decode("utf-8")
+                    where = _Positions(text)
+                out.append(Diagnostic(
+                    "E122", f"entries[{i}]: `{name}` is not a tuned param of {entry['backend']}",
+                    _at(shown, text, where.of(("entries", i, "params", name), key=True)),
+                    "tuned params: " + (", ".join(sorted(allowed)) or "none")))
     return out
+
+
+class _NotANumber(ValueError):
+    pass
+
+
+def _not_a_number(name: str):
+    raise _NotANumber(name)
+
+
+def _first_constant(text: str) -> int:
+    """Offset of the first NaN/Infinity outside a string."""
+    for m in re.finditer(r'"(?:[^"\\]|\\.)*"|(-?Infinity|NaN)', text):
+        if m.group(1):
+            return m.start(1)
+    return 0
+
+
+def _at(shown: str, text: str, offset: int) -> Location:
+    line = text.count("\n", 0, offset) + 1
+    return Location(shown, line, offset - (text.rfind("\n", 0, offset) + 1) + 1)
+
+
+def _path(parts) -> str:
+    out = ""
+    for p in parts:
+        out += f"[{p}]" if isinstance(p, int) else (f".{p}" if out else str(p))
+    return out or "the file"
+
+
+def _schema_error(shown: str, text: str, where, error) -> Diagnostic:
+    path, message, key = tuple(error.absolute_path), error.message, False
+    if error.validator == "additionalProperties" and isinstance(error.instance, dict):
+        extra = sorted(k for k in error.instance if k not in error.schema.get("properties", {}))
+        path, message, key = path + (extra[0],), f"`{extra[0]}` is not a key of a tuning file", True
+        path_shown = _path(error.absolute_path)
+    else:
+        path_shown = _path(path)
+    return Diagnostic("E121", f"{path_shown}: {message}", _at(shown, text, where.of(path, key=key)),
+                      "tuning files are written by `kspec tune` (their format: kspec schema --tuning)")
+
+
+@functools.lru_cache(maxsize=1)
+def _validator():
+    import jsonschema
+
+    schema = json.loads((resources.files("kspec") / "schema" / "tuning.schema.json").read_text(encoding="utf-8"))
+    return jsonschema.Draft202012Validator(schema)
+
+
+class _Positions:
+    """Offsets of the values (and keys) of a JSON text, by path: read only to place a diagnostic,
+    so only when the file has one (json.loads, in C, did the parsing)."""
+
+    _WS = re.compile(r"[ \t\n\r]*")
+    _ATOM = re.compile(r'-?(?:0|[1-9]\d*)(?:\.\d+)?(?:[eE][-+]?\d+)?|true|false|null')
+
+    def __init__(self, text: str):
+        self.text, self.values, self.keys = text, {}, {}
+        try:
+            self._value(0, ())
+        except (IndexError, ValueError, RecursionError):
+            pass  # positions found so far still place the diagnostics
+
+    def of(self, path: tuple, key: bool = False) -> int:
+        while path:
+            found = (self.keys if key else self.values).get(path)
+            if found is not None:
+                return found
+            path, key = path[:-1], False
+        return self.values.get((), 0)
+
+    def _skip(self, i: int) -> int:
+        return self._WS.match(self.text, i).end()
+
+    def _value(self, i: int, path: tuple) -> int:
+        i = self._skip(i)
+        self.values[path] = i
+        c = self.text[i]
+        if c == "{":
+            i = self._skip(i + 1)
+            if self.text[i] == "}":
+                return i + 1
+            while True:
+                start = self._skip(i)
+                name, i = json.decoder.scanstring(self.text, start + 1)
+                self.keys[path + (name,)] = start
+                i = self._skip(i) + 1  # the colon
+                i = self._skip(self._value(i, path + (name,)))
+                if self.text[i] == "}":
+                    return i + 1
+                i += 1  # the comma
+        if c == "[":
+            i, n = self._skip(i + 1), 0
+            if self.text[i] == "]":
+                return i + 1
+            while True:
+                i = self._skip(self._value(i, path + (n,)))
+                n += 1
+                if self.text[i] == "]":
+                    return i + 1
+                i += 1
+        if c == '"':
+            return json.decoder.scanstring(self.text, i + 1)[1]
+        return self._ATOM.match(self.text, i).end()
 
 
 def choices_of(variants: dict) -> dict:
