@@ -248,3 +248,11 @@ def test_a_backward_spec_that_is_not_a_regular_file_is_refused(kind, kspec, writ
     r = kspec("check", path, timeout=30)
     assert r.rc == 2, r.both
     assert "error[E420]" in r.out and "not a regular file" in r.out, r.out
+
+
+@pytest.mark.parametrize("value, says", [(".inf", "inf is greater than the maximum of 1000"), ("1.0e6", "1000000.0 is greater than the maximum of 1000")])
+def test_a_tolerance_that_would_pass_anything_is_refused(value, says, kspec, write_spec):
+    path = write_spec(mutate(V, ("cases:", f"tolerance: {{float32: {{atol: {value}}}}}\ncases:")))
+    r = kspec("check", path)
+    assert r.rc == 2
+    assert r.out.splitlines()[0] == f"{path.as_posix()}:18:29: error[E200]: tolerance.float32.atol: {says}"
