@@ -322,3 +322,96 @@ def test_generated_docstrings_show_expressions_reprinted(tmp_path):
     planned = _plan(tmp_path, mutate(V, ("o: {shape: [N]", "o: {shape: [ N+0 ]")))
     assert "o [N + 0]" in planned["interpret.py"] and "N+0" not in planned["interpret.py"]
 
+
+
+def _code_names(code) -> set:
+    """Every identifier in a spec's code (its own names, which the checks do not restrict)."""
+    try:
+        tree = ast.parse(code.source)
+    except SyntaxError:
+        return set()
+    out = set()
+    for n in ast.walk(tree):
+        out |= {n.id} if isinstance(n, ast.Name) else {n.name} if isinstance(n, (ast.FunctionDef, ast.ClassDef)) else set()
+        out |= {n.arg} if isinstance(n, ast.arg) else set()
+    return out
+
+
+def test_the_names_the_templates_bind_are_reserved():
+    """Derived from the library's generated code: every name a generated module binds at its top
+    level, and every local of the functions that take the spec's inputs and params, is reserved
+    (or starts with `_`, which spec names may not), unless the spec itself gave it."""
+    from kspec.codegen.checks.semantic import RESERVED, TEMPLATE_LOCALS
+
+    module_level, wrapper_locals = set(), set()
+    for path in pipeline.discover([], root=REPO):
+        compiled = pipeline.compile_spec(path)
+        spec, linked = compiled.spec, {b.name for b in compiled.linked}
+        own = {o.name for o in spec.operands} | {f"{o.name}_ref" for o in spec.operands} | set(spec.dims)
+        for v in spec.variants.values():
+            own |= {p.name for p in v.params} | {a.name for a in v.grid if a.name} | {f"{s.name}_ref" for s in v.scratch}
+            own |= _code_names(v.body)
+        own |= _code_names(spec.reference) | {n for c in spec.competitors for n in _code_names(c.body)}
+
+        def theirs(name: str) -> bool:
+            return name.startswith("_") or name in own or spec.name in name or any(b in name for b in linked)
+
+        _, planned = pipeline.plan(compiled, REPO / "generated")
+        for text in planned.values():
+            tree = ast.parse(text)
+            for node in tree.body:
+                if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+                    module_level.add(node.name)
+                elif isinstance(node, (ast.Import, ast.ImportFrom)):
+                    module_level |= {(a.asname or a.name).split(".")[0] for a in node.names}
+                elif isinstance(node, ast.Assign):
+                    module_level |= {n.id for t in node.targets for n in ast.walk(t) if isinstance(n, ast.Name)}
+            module_level = {n for n in module_level if not theirs(n)}
+            for fn in (n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name in (spec.name, f"{spec.name}_sharded")):
+                # an index map's lambda takes the spec's own grid index names, and a comprehension's
+                # variables live in a scope of their own
+                lambdas = {id(a) for lam in ast.walk(fn) if isinstance(lam, ast.Lambda) for a in ast.walk(lam.args)}
+                lambdas |= {id(a) for c in ast.walk(fn) if isinstance(c, ast.comprehension) for a in ast.walk(c.target)}
+                for n in ast.walk(fn):
+                    if id(n) in lambdas:
+                        continue
+                    name = n.id if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store) else n.arg if isinstance(n, ast.arg) else None
+                    if name and not theirs(name):
+                        wrapper_locals.add(name)
+    assert sorted(module_level - RESERVED - {"__all__"}) == []
+    assert sorted(wrapper_locals - RESERVED - TEMPLATE_LOCALS) == []
+
+
+@pytest.mark.parametrize("where, name, says", [
+    ("kernel", "select_backend", "kernel `select_backend`"),
+    ("kernel", "importlib", "kernel `importlib`"),
+    ("param", "params", "param `params`"),
+    ("param", "bind", "param `bind`"),
+    ("input", "module", "input `module`"),
+    ("input", "importlib", "input `importlib`"),
+])
+def test_a_name_the_generated_code_uses_is_refused(where, name, says, tmp_path):
+    edits = {
+        "kernel": [("name: tiny", f"name: {name}")],
+        "param": [("  bs: 8", f"  bs: 8\n  {name}: 1")],
+        "input": [("  x: {shape: [N], dtype: float32}", f"  x: {{shape: [N], dtype: float32}}\n  {name}: {{shape: [N], dtype: float32}}")],
+    }[where]
+    path = tmp_path / "tiny.yaml"
+    path.write_text(mutate(V, *edits), encoding="utf-8")
+    messages = [d.message for d in pipeline.compile_spec(path).diagnostics if d.code == "E400"]
+    assert f"{says} clashes with a name the generated code uses" in messages
+
+
+def test_an_infinite_param_default_is_a_float_literal(tmp_path):
+    planned = _plan(tmp_path, mutate(V, ("  bs: 8", "  bs: 8\n  scale: .inf"), ("x_ref[...] * 2", "x_ref[...] * 2 + 0 * scale")))
+    assert "scale=float('inf')" in planned["interpret.py"]
+    namespace: dict = {}
+    exec(compile("x = float('inf')", "<literal>", "exec"), namespace)  # the literal evaluates to inf
+    assert namespace["x"] == float("inf")
+
+
+def test_a_deeply_nested_expression_is_refused_before_rendering(tmp_path):
+    path = tmp_path / "tiny.yaml"
+    path.write_text(mutate(V, ('grid: ["cdiv(N, bs)"]', 'grid: ["' + "-" * 480 + 'cdiv(N, bs)"]')), encoding="utf-8")
+    (d,) = pipeline.compile_spec(path).diagnostics
+    assert d.format() == f"{path}:10:9: error[E300]: expression nested more than 64 deep"

@@ -33,9 +33,21 @@ from kspec.codegen.checks.instances import (
 from kspec.codegen.spec.model import Case, Code, KernelSpec, Variant
 
 # Names the generated modules use; spec names may not shadow them.
+# Names the templates bind where a spec's names live: each generated module's own (imports,
+# functions, tables), and the locals of the functions that take a spec's inputs, params and dims
+# as locals (an output is never one). tests/test_no_exec.py derives both from the library's
+# generated code and checks that they are here.
+TEMPLATE_NAMES = frozenset({
+    "AUTO", "AXIS_NAMES", "BACKENDS", "CHECK_VMA", "COMPETITORS", "DEFAULTS", "IN_SPECS", "MESH_AXES",
+    "NamedSharding", "OUT_SPECS", "P", "PASSED_ON", "PLATFORMS", "TABLE", "available_backends", "bind", "bucket",
+    "contextlib", "crop", "differentiable", "importlib", "make_mesh", "manual_axis_type", "resolve",
+    "satisfies_constraints", "select_backend", "select_sharded_backend", "whole", "whole_blocks",
+})
+TEMPLATE_LOCALS = frozenset({"mesh", "module", "num_sms", "options", "out", "params"})
 RESERVED = frozenset(
     {"jax", "jnp", "lax", "pl", "np", "functools", "math", "pltpu", "plgpu", "pltriton"}
     | {"backend", "interpret", "cdiv"}
+    | TEMPLATE_NAMES
     | set(keyword.kwlist)
     | set(dir(builtins))
 )
@@ -146,14 +158,15 @@ def _names(spec: KernelSpec) -> list:
     owners: dict = {}
 
     def claim(name: str, what: str, loc) -> None:
-        if name in RESERVED or name.startswith("_"):
+        local = what not in ("output", "output ref", "kernel")  # names the generated functions hold as locals
+        if name in RESERVED or name.startswith("_") or (local and name in TEMPLATE_LOCALS):
             out.append(
                 Diagnostic(
                     "E400",
                     f"{what} `{name}` clashes with a name the generated code uses",
                     loc,
-                    "rename it; reserved: Python keywords and builtins, jax, jnp, lax, pl, np, "
-                    "backend, interpret, and names starting with _",
+                    "rename it; reserved: Python keywords and builtins, the modules and helpers generated code "
+                    "uses (jax, jnp, lax, pl, np, bind, params, select_backend, ...), and names starting with _",
                 )
             )
         elif name in owners and owners[name][0] != what:

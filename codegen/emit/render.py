@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ast
 import functools
+import math
 import textwrap
 from importlib import resources
 from pathlib import Path
@@ -50,6 +51,20 @@ def _env() -> jinja2.Environment:
     env.filters["docstring"] = _docstring
     env.filters["indent_code"] = _indent_code
     return env
+
+
+def literal(value) -> str:
+    """A value from the spec as a Python literal: its repr, except that an infinite float is
+    spelled `float('inf')` (its repr is the bare name `inf`, which generated code does not have)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return f"float({str(value)!r})"
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{literal(k)}: {literal(v)}" for k, v in value.items()) + "}"
+    if isinstance(value, list):
+        return "[" + ", ".join(map(literal, value)) + "]"
+    if isinstance(value, tuple):
+        return _tuple(map(literal, value))
+    return repr(value)
 
 
 def jnp_dtype(name: str) -> str:
@@ -180,12 +195,12 @@ class _Context:
 
     def params(self, variant: Variant) -> list:
         return [
-            {"name": p.name, "default": repr(p.default), "doc": p.doc} for p in variant.params
+            {"name": p.name, "default": literal(p.default), "doc": p.doc} for p in variant.params
         ]
 
     def signature_of(self, variant: Variant, extra: tuple = (), tuned: bool = False) -> str:
         """`x, y, *, bm=..., ...`; with `tuned`, tunable params default to None (resolved per call)."""
-        kwargs = [f"{p.name}={None if tuned and p.choices else p.default!r}" for p in variant.params] + list(extra)
+        kwargs = [f"{p.name}={None if tuned and p.choices else literal(p.default)}" for p in variant.params] + list(extra)
         return ", ".join(self.inputs + (["*"] + kwargs if kwargs else []))
 
     def reference(self) -> dict:
@@ -251,7 +266,7 @@ class _Context:
             aliases=self._aliases(),
             alias_docs=[f"{o} is written in place of {i}" for o, i in spec.aliases.items()],
             call_name=spec.call.name or spec.name,
-            metadata=repr(dict(sorted(spec.call.metadata.items()))) if spec.call.metadata else None,
+            metadata=literal(dict(sorted(spec.call.metadata.items()))) if spec.call.metadata else None,
             debug=spec.call.debug,
             out_specs=out_specs[0] if len(out_specs) == 1 else "[" + ", ".join(out_specs) + "]",
             scratch_shapes=[self._scratch(variant, s) for s in variant.scratch],
@@ -471,9 +486,9 @@ class _Context:
             elif isinstance(value, Expr):
                 value_src = value.render()
             elif isinstance(value, list):
-                value_src = _tuple(repr(v) for v in value)
+                value_src = _tuple(literal(v) for v in value)
             else:
-                value_src = repr(value)
+                value_src = literal(value)
             args.append(f"{key}={value_src}")
         return f"{cls}({', '.join(args)})"
 
@@ -485,9 +500,9 @@ class _Context:
         for device_kind, entries in sorted(tuned.items()):
             for (backend, dtype, bucket, fixed), params in tuning.best(entries, self.spec.kernel_sha, choices).items():
                 if backend in self.spec.variants:
-                    table.append((repr((device_kind, backend, dtype, bucket, fixed)), repr(params)))
+                    table.append((literal((device_kind, backend, dtype, bucket, fixed)), literal(params)))
         defaults = [
-            (repr(b), repr({p.name: p.default for p in v.params if p.choices})) for b, v in self.spec.variants.items()
+            (repr(b), literal({p.name: p.default for p in v.params if p.choices})) for b, v in self.spec.variants.items()
         ]
         constraint_params = sorted(
             set().union(*(c.expr.names for c in self.spec.constraints)) - set(self.spec.dims)
@@ -562,7 +577,7 @@ class _Context:
             entries=entries,
             packages=sorted({e["package"] for e in entries}),
             passed=passed,
-            passed_on=repr({b: {f: v.param_defaults[f] for f in passed} for b, v in spec.variants.items()}),
+            passed_on=literal({b: {f: v.param_defaults[f] for f in passed} for b, v in spec.variants.items()}),
             returns=_tuple(grads.get(name, "None") for name in self.inputs),
             sums=any(g.reduce for e in vjp.backward for g in e.grads),
         )

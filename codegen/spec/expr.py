@@ -22,6 +22,7 @@ from typing import Any, Mapping
 from kspec.codegen.diagnostics import Location
 
 MAX_SOURCE = 1000
+MAX_DEPTH = 64  # nesting of an expression's tree: rendering walks it recursively
 MAX_MAGNITUDE = 1 << 62
 
 _BINOPS = {
@@ -133,9 +134,22 @@ def parse_expr(value: Any, *, subscripts: bool = False) -> Expr:
         ) from None
     except (RecursionError, MemoryError, ValueError):
         raise ExprError("E300", "expression too complex") from None
+    if _depth(tree) > MAX_DEPTH:
+        raise ExprError("E300", f"expression nested more than {MAX_DEPTH} deep")
     names: set = set()
     _check(tree, names, subscripts, lead)
     return Expr(source, tree, frozenset(names))
+
+
+def _depth(tree: ast.AST) -> int:
+    """How deep the tree nests, found without recursion (a hostile tree may be deeper than the stack)."""
+    deepest, stack = 0, [(tree, 1)]
+    while stack:
+        node, depth = stack.pop()
+        deepest = max(deepest, depth)
+        if depth <= MAX_DEPTH:
+            stack.extend((child, depth + 1) for child in ast.iter_child_nodes(node))
+    return deepest
 
 
 def _refuse_hidden_text(source: str, lead: int) -> None:
