@@ -19,7 +19,7 @@ import typer
 from kspec import __version__
 from kspec.codegen import project as pipeline
 from kspec.codegen.emit import writer
-from kspec.codegen.diagnostics import Diagnostic
+from kspec.codegen.diagnostics import Diagnostic, printable
 from kspec.codegen.verify import DEFAULT_SCHEDULES
 
 EPILOG = """
@@ -172,38 +172,84 @@ def check(paths: Optional[List[Path]] = PathsArg) -> None:
 @app.command()
 def generate(
     paths: Optional[List[Path]] = PathsArg,
-    check_only: bool = typer.Option(False, "--check", help="Write nothing; exit 1 if generated/ differs."),
-    force: bool = typer.Option(False, "--force", help="Overwrite generated files that were edited by hand."),
+    check_only: bool = typer.Option(False, "--check", help="Write nothing; exit 1 if the output folder differs in any file or folder."),
+    force: bool = typer.Option(False, "--force", help="Overwrite files edited by hand and remove what kspec did not write."),
+    prune: bool = typer.Option(False, "--prune", help="Also remove generated packages whose spec is gone."),
 ) -> None:
-    """Render generated/<kernel>/ for each spec (atomically; hand edits are kept unless --force)."""
+    """Render generated/<kernel>/ for each spec (each package atomically; hand edits are kept unless --force)."""
     results = _compile_all(paths)
     code = _summary(results)
     if code:
         raise typer.Exit(code)
-    failed = False
+    by_root: dict = {}
     for r in results:
         out_root = pipeline.out_root_for(r.path)
-        kernel_dir, planned = pipeline.plan(r, out_root)
-        init_path, init_text = pipeline.package_init(out_root)
-        if check_only:
-            drift = writer.compare(planned, kernel_dir)
-            drift += [(init_path, "missing")] if not init_path.exists() else []
-            for path, reason in drift:
-                typer.echo(f"{_shown(path)}: {reason}")
-            failed |= bool(drift)
-            continue
-        with writer.locked(out_root):
-            outcome = writer.write(planned, kernel_dir, force=force)
-            if not init_path.exists():
-                writer.atomic_write(init_path, init_text)
-        for path, reason in outcome.refused:
-            typer.echo(f"{_shown(path)}: refused: {reason}")
-        failed |= bool(outcome.refused)
-        n = len(outcome.written) + len(outcome.removed)
-        typer.echo(f"{r.spec.name}: {n} file(s) written, {len(outcome.unchanged)} unchanged -> {_shown(kernel_dir)}")
+        by_root.setdefault(out_root, []).append((r, *pipeline.plan(r, out_root)))
+    failed = False
+    try:
+        for out_root, items in by_root.items():
+            init_path, init_text = pipeline.package_init(out_root)
+            if check_only:
+                failed |= _check_tree(out_root, items, (init_path, init_text), whole=not paths)
+            else:
+                failed |= _write_tree(out_root, items, (init_path, init_text), force=force, prune=prune)
+    except writer.WriteError as e:
+        typer.echo(f"{_shown(e.path)}:1:1: error[E111]: {e.reason}")
+        raise typer.Exit(2)
     if check_only and not failed:
         typer.echo(f"generated/ is up to date for {len(results)} spec(s)")
     raise typer.Exit(1 if failed else 0)
+
+
+def _check_tree(out_root: Path, items: list, init: tuple, whole: bool) -> bool:
+    """Print what differs under the output folder from what generate would write; True if anything.
+    `whole`: every spec is being checked, so every file and folder there must be one kspec writes."""
+    planned_all = {init[0]: init[1]}
+    for _, _, planned in items:
+        planned_all.update(planned)
+    if whole:
+        drift = writer.compare(planned_all, out_root)
+    else:
+        drift = writer.compare({init[0]: init[1]}, out_root)
+        drift = [(p, why) for p, why in drift if p == init[0]]
+        for _, kernel_dir, planned in items:
+            drift += writer.compare(planned, kernel_dir)
+    for path, reason in drift:
+        typer.echo(f"{_shown(path)}: {reason}")
+    return bool(drift)
+
+
+def _write_tree(out_root: Path, items: list, init: tuple, force: bool, prune: bool) -> bool:
+    """Write each kernel's package and the output folder's __init__.py; True if anything was refused."""
+    refused = []
+    with writer.locked(out_root):
+        writer.sweep(out_root)
+        for r, kernel_dir, planned in items:
+            outcome = writer.write_package(planned, kernel_dir, force=force)
+            refused += outcome.refused
+            n = len(outcome.written) + len(outcome.removed)
+            if not outcome.refused:
+                typer.echo(f"{r.spec.name}: {n} file(s) written, {len(outcome.unchanged)} unchanged -> {_shown(kernel_dir)}")
+        init_path, init_text = init
+        current = writer.read_generated(init_path)
+        if current != init_text:
+            if current is not None and not force:
+                refused.append((init_path, "edited by hand (use --force to overwrite)"))
+            else:
+                writer.atomic_write(init_path, init_text)
+        if prune:
+            kernels = {kernel_dir for _, kernel_dir, _ in items}
+            for folder in sorted(p for p in out_root.iterdir() if p.is_dir() and not p.is_symlink()):
+                if folder in kernels or folder.name == "__pycache__":
+                    continue
+                if writer.orphan(folder):
+                    writer.remove_package(folder)
+                    typer.echo(f"{_shown(folder)}: removed (no spec generates it)")
+                else:
+                    refused.append((folder, "not a package kspec generated; remove it yourself"))
+    for path, reason in refused:
+        typer.echo(f"{_shown(path)}: refused: {reason}")
+    return bool(refused)
 
 
 @app.command()
@@ -584,10 +630,11 @@ def _table(rows: list) -> str:
 
 
 def _shown(path: Path) -> str:
-    try:
-        return str(path.resolve().relative_to(Path.cwd()))
-    except ValueError:
-        return str(path)
+    """A path as the user sees it: relative to the working directory when below it (links are
+    not followed), with control characters escaped so that a file name cannot drive the terminal."""
+    absolute = os.path.abspath(path)
+    relative = os.path.relpath(absolute)
+    return printable(relative if not relative.startswith("..") else absolute)
 
 
 def run() -> None:

@@ -414,4 +414,4 @@ def test_a_deeply_nested_expression_is_refused_before_rendering(tmp_path):
     path = tmp_path / "tiny.yaml"
     path.write_text(mutate(V, ('grid: ["cdiv(N, bs)"]', 'grid: ["' + "-" * 480 + 'cdiv(N, bs)"]')), encoding="utf-8")
     (d,) = pipeline.compile_spec(path).diagnostics
-    assert d.format() == f"{path}:10:9: error[E300]: expression nested more than 64 deep"
+    assert d.format() == f"{path}:10:9: error[E300]: expression nested more than 256 deep"

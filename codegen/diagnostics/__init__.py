@@ -25,6 +25,7 @@ CODES: dict[str, str] = {
     "E108": "YAML nested too deeply",
     "E109": "scalar too long",
     "E110": "not a regular file",
+    "E111": "cannot write the output",
     "E120": "tuning file cannot be read as JSON",
     "E121": "tuning file does not match its schema",
     "E122": "tuning entry names a param that is not tuned",
@@ -101,6 +102,12 @@ CODES: dict[str, str] = {
 }
 
 
+def printable(text: str) -> str:
+    """`text` with control and other unprintable characters escaped (`\\x1b`): a file name or a
+    value from a spec cannot move the cursor, change colours or hide what follows on a terminal."""
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text)
+
+
 @dataclasses.dataclass(frozen=True, order=True)
 class Location:
     """A place in a spec file; line and col are 1-based."""
@@ -110,7 +117,7 @@ class Location:
     col: int = 1
 
     def __str__(self) -> str:
-        return f"{self.path}:{self.line}:{self.col}"
+        return f"{printable(self.path)}:{self.line}:{self.col}"
 
 
 @dataclasses.dataclass(frozen=True)

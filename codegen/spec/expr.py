@@ -22,7 +22,7 @@ from typing import Any, Mapping
 from kspec.codegen.diagnostics import Location
 
 MAX_SOURCE = 1000
-MAX_DEPTH = 64  # nesting of an expression's tree: rendering walks it recursively
+MAX_DEPTH = 256  # nesting of an expression's tree: rendering walks it recursively (past ~350, Python's stack runs out)
 MAX_MAGNITUDE = 1 << 62
 
 _BINOPS = {
