@@ -15,8 +15,10 @@ import importlib
 import io
 import logging
 import os
+import signal
 import sys
 import time
+from multiprocessing.connection import Connection
 from pathlib import Path
 
 import numpy as np
@@ -31,8 +33,27 @@ from kspec.codegen.verify import Task, result
 _compiled: dict = {}
 
 
-def main(conn, env: dict) -> None:
-    os.environ.update({k: v for k, v in env.items() if v})
+def serve() -> None:
+    """The worker process's entry point: `python -c ... serve()` with the file descriptors of its
+    three pipes as arguments (tasks in, results out, the lifeline; see verify.Session)."""
+    tasks, results, lifeline = map(int, sys.argv[1:4])
+    _guard(lifeline)
+    main(_Pipes(Connection(tasks, writable=False), Connection(results, readable=False)))
+
+
+class _Pipes:
+    def __init__(self, tasks, results):
+        self.tasks, self.results = tasks, results
+
+    def recv(self):
+        return self.tasks.recv()
+
+    def send(self, obj) -> None:
+        self.results.send(obj)
+
+
+def main(conn) -> None:
+    """One task at a time from `conn`, each answered with one result (tune: several, then done)."""
     logging.getLogger("jax._src.callback").setLevel(logging.CRITICAL)
     import jax
 
@@ -57,6 +78,29 @@ def main(conn, env: dict) -> None:
             conn.send({"done": True})
         else:
             conn.send(run_task(task))
+
+
+def _guard(lifeline: int) -> None:
+    """Fork a guard that waits on the lifeline (whose only writer is the parent) and, once the
+    parent is gone, kills this process group: the worker and whatever its tasks started. It forks
+    before jax is imported, while this process has one thread."""
+    if os.fork() == 0:
+        try:
+            # hold nothing but the lifeline: not the result pipe (the parent must see the worker's
+            # end of it close when the worker dies), not the parent's terminal or pipes
+            null = os.open(os.devnull, os.O_RDWR)
+            for fd in (0, 1, 2):
+                os.dup2(null, fd)
+            os.closerange(3, lifeline)
+            os.closerange(lifeline + 1, 1 << 16)
+            while os.read(lifeline, 1):  # nothing is ever written: this returns at end of file
+                pass
+        except BaseException:
+            pass
+        finally:
+            os.killpg(os.getpgrp(), signal.SIGKILL)
+            os._exit(0)
+    os.close(lifeline)
 
 
 def rng_for(task: Task, operand: str) -> np.random.Generator:
