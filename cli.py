@@ -45,7 +45,8 @@ app = typer.Typer(
     rich_markup_mode=None,
 )
 
-PathsArg = typer.Argument(None, help="Spec files or folders (default: specs/).", show_default=False)
+PathsArg = typer.Argument(None, help="Spec files or folders (default: the project's specs/).", show_default=False)
+OutOpt = typer.Option(None, "--out", help="The output folder for this run (default: the project's `out`, generated/); it must lie inside the project.", show_default=False)
 
 
 def _seconds(value: Optional[float]) -> Optional[float]:
@@ -129,10 +130,25 @@ def _report(compiled: pipeline.Compiled) -> None:
         typer.echo(diag.format(lines))
 
 
-def _compile_all(paths: Optional[List[Path]]) -> list:
-    specs = pipeline.discover(paths or [])
+def _use_project(out: Optional[Path] = None) -> "pipeline.Project":
+    """Find the project around the working directory (its configuration checked) and use it."""
+    from kspec.codegen.diagnostics import SpecError
+
+    try:
+        project = pipeline.find(Path.cwd(), out)
+    except SpecError as e:
+        for d in e.diagnostics:
+            typer.echo(d.format())
+        raise typer.Exit(2)
+    pipeline.use(project)
+    return project
+
+
+def _compile_all(paths: Optional[List[Path]], out: Optional[Path] = None) -> list:
+    project = _use_project(out)
+    specs = pipeline.discover(paths or [project.specs])
     if not specs:
-        where = ", ".join(_shown(p) for p in paths) if paths else "specs/"
+        where = ", ".join(_shown(p) for p in paths) if paths else _shown(project.specs) + "/"
         typer.echo(f"error: no spec files found (looked in {where})", err=True)
         raise typer.Exit(2)
     memo: dict = {}
@@ -172,12 +188,13 @@ def check(paths: Optional[List[Path]] = PathsArg) -> None:
 @app.command()
 def generate(
     paths: Optional[List[Path]] = PathsArg,
+    out: Optional[Path] = OutOpt,
     check_only: bool = typer.Option(False, "--check", help="Write nothing; exit 1 if the output folder differs in any file or folder."),
     force: bool = typer.Option(False, "--force", help="Overwrite files edited by hand and remove what kspec did not write."),
     prune: bool = typer.Option(False, "--prune", help="Also remove generated packages whose spec is gone."),
 ) -> None:
     """Render generated/<kernel>/ for each spec (each package atomically; hand edits are kept unless --force)."""
-    results = _compile_all(paths)
+    results = _compile_all(paths, out)
     code = _summary(results)
     if code:
         raise typer.Exit(code)
@@ -255,6 +272,7 @@ def _write_tree(out_root: Path, items: list, init: tuple, force: bool, prune: bo
 @app.command()
 def verify(
     paths: Optional[List[Path]] = PathsArg,
+    out: Optional[Path] = OutOpt,
     backend: Optional[List[str]] = typer.Option(None, "--backend", "-b", help="Only these backends (repeatable)."),
     case: Optional[List[str]] = typer.Option(None, "--case", help="Only cases with these names (repeatable)."),
     seed: Optional[int] = typer.Option(None, "--seed", help="Seed for the random inputs (default: fresh, printed)."),
@@ -281,7 +299,7 @@ def verify(
     from kspec.codegen import verify as v
 
     with _human_output(json_path, junit_path):
-        results, session, seed = _start_run(paths, backend, seed, timeout, devices, cases=case)
+        results, session, seed = _start_run(paths, backend, seed, timeout, devices, cases=case, out=out)
         info = session.info
         if devices:
             tasks, skipped = v.plan_sharded(
@@ -317,6 +335,7 @@ def verify(
 @app.command()
 def bench(
     paths: Optional[List[Path]] = PathsArg,
+    out: Optional[Path] = OutOpt,
     backend: Optional[List[str]] = typer.Option(None, "--backend", "-b", help="Only these backends (repeatable)."),
     case: Optional[List[str]] = typer.Option(None, "--case", help="Only bench cases with these names (repeatable)."),
     samples: int = typer.Option(20, "--samples", min=3, help="Timed samples per figure."),
@@ -342,7 +361,7 @@ def bench(
             typer.echo("error: --plot needs matplotlib: pip install 'kspec[plot]'", err=True)
             raise typer.Exit(2)
     with _human_output(json_path, markdown_path):
-        results, session, seed = _start_run(paths, backend, seed, timeout, cases=case, case_kind="bench")
+        results, session, seed = _start_run(paths, backend, seed, timeout, cases=case, case_kind="bench", out=out)
         info = session.info
         try:
             ceilings, roofline = (), "vendor peak table (kspec.codegen.backends.devices)"
@@ -378,6 +397,7 @@ def bench(
 @app.command()
 def tune(
     paths: Optional[List[Path]] = PathsArg,
+    out: Optional[Path] = OutOpt,
     backend: Optional[List[str]] = typer.Option(
         None, "--backend", "-b",
         help="Only these backends (repeatable; default: every backend this machine runs, but interpret mode only "
@@ -416,7 +436,7 @@ def tune(
     if strategy not in tn.STRATEGIES:
         typer.echo("error: --strategy must be exhaustive, random or guided", err=True)
         raise typer.Exit(2)
-    results, session, seed = _start_run(paths, backend, seed, timeout, cases=case, case_kind="bench")
+    results, session, seed = _start_run(paths, backend, seed, timeout, cases=case, case_kind="bench", out=out)
     info = session.info
     started = time.monotonic()
     failed = False
@@ -424,7 +444,7 @@ def tune(
         for r in results:
             spec = r.spec
             out_root = pipeline.out_root_for(r.path)
-            store = tg.Store(tuning_dir or tg.tuning_dir(out_root), spec.name, info["device"])
+            store = tg.Store(tuning_dir or pipeline.tuning_dir(out_root), spec.name, info["device"])
             done = store.done()
             suite, chosen = ("bench", spec.bench) if spec.bench else ("cases", spec.cases)
             for name, variant in spec.variants.items():
@@ -446,6 +466,80 @@ def tune(
     typer.echo("run `kspec generate` to embed the tuned configs in generated/")
     raise typer.Exit(1 if failed else 0)
 
+
+
+EXAMPLE_SPEC = """\
+# yaml-language-server: $schema=../.kspec/kspec.schema.json
+kspec: 1
+name: scale_rows
+doc: Multiplies each row of x by its weight, one block of rows per program.
+params:
+  bm: {default: 8, choices: [8, 16, 32], doc: Rows per program.}
+inputs:
+  x: {shape: [M, N], dtype: [float32, bfloat16]}
+  w: {shape: [M, 1], dtype: x}
+outputs:
+  o: {shape: [M, N], dtype: x}
+grid: {i: "cdiv(M, bm)"}
+blocks:
+  x: {block_shape: [bm, N], index_map: "i -> (i, 0)"}
+  w: {block_shape: [bm, 1], index_map: "i -> (i, 0)"}
+  o: {block_shape: [bm, N], index_map: "i -> (i, 0)"}
+body: |
+  o_ref[...] = (x_ref[...].astype(jnp.float32) * w_ref[...].astype(jnp.float32)).astype(o_ref.dtype)
+reference: |
+  return (x.astype(jnp.float32) * w.astype(jnp.float32)).astype(x.dtype)
+cases:
+  - {name: square, M: 64, N: 128}
+  - {name: ragged, M: 40, N: 128, dtype: float32}
+"""
+CONFIG = '[tool.kspec]\nspecs = "specs"\nout = "generated"\npackage = "generated"\ntuning = "tuning"\n'
+GITIGNORE = ["generated/.kspec.lock", "__pycache__/"]
+
+
+@app.command()
+def init(
+    folder: Path = typer.Argument(Path("."), help="The project folder (default: the working directory).", show_default=False),
+) -> None:
+    """Make a folder a kspec project: configuration, an example spec, the schema for editors."""
+    from importlib import resources
+
+    folder.mkdir(parents=True, exist_ok=True)
+    pyproject, kspec_toml = folder / "pyproject.toml", folder / "kspec.toml"
+    refused = []
+    if kspec_toml.exists() or (pyproject.is_file() and "[tool.kspec]" in pyproject.read_text(encoding="utf-8")):
+        refused.append((kspec_toml if kspec_toml.exists() else pyproject, "is already a kspec project's configuration"))
+    example = folder / "specs" / "scale_rows.yaml"
+    if example.exists():
+        refused.append((example, "exists"))
+    if refused:
+        for path, why in refused:
+            typer.echo(f"{_shown(path)}:1:1: error[E142]: {why}; kspec init writes nothing over it")
+        raise typer.Exit(2)
+    made = []
+    if pyproject.is_file():
+        text = pyproject.read_text(encoding="utf-8")
+        pyproject.write_text(text + ("" if text.endswith("\n") else "\n") + "\n" + CONFIG, encoding="utf-8")
+        made.append(f"{_shown(pyproject)} ([tool.kspec] added)")
+    else:
+        kspec_toml.write_text(CONFIG.replace("[tool.kspec]\n", ""), encoding="utf-8")
+        made.append(_shown(kspec_toml))
+    example.parent.mkdir(exist_ok=True)
+    example.write_text(EXAMPLE_SPEC, encoding="utf-8")
+    made.append(_shown(example))
+    schema_copy = folder / ".kspec" / "kspec.schema.json"
+    schema_copy.parent.mkdir(exist_ok=True)
+    schema_copy.write_text((resources.files("kspec") / "schema" / "kspec.schema.json").read_text(encoding="utf-8"))
+    made.append(f"{_shown(schema_copy)} (the schema the specs' $schema comment names, for editors)")
+    gitignore = folder / ".gitignore"
+    lines = gitignore.read_text(encoding="utf-8").splitlines() if gitignore.is_file() else []
+    missing = [line for line in GITIGNORE if line not in lines]
+    if missing:
+        gitignore.write_text("\n".join(lines + missing) + "\n", encoding="utf-8")
+        made.append(_shown(gitignore))
+    for line in made:
+        typer.echo(f"created {line}")
+    typer.echo("next: kspec check && kspec generate && kspec verify; then `from generated.scale_rows import scale_rows`")
 
 @app.command()
 def schema(
@@ -556,7 +650,7 @@ def _stream_with_progress(session, task, started: int, total: int):
         yield row
 
 
-def _start_run(paths, backends, seed, timeout, devices=None, cases=None, case_kind="cases"):
+def _start_run(paths, backends, seed, timeout, devices=None, cases=None, case_kind="cases", out=None):
     """Shared start of verify/bench/tune: check specs, case names and drift, start a worker, print the seed."""
     import secrets
 
@@ -567,7 +661,7 @@ def _start_run(paths, backends, seed, timeout, devices=None, cases=None, case_ki
     if unknown:
         typer.echo(f"error: unknown backend {unknown[0]!r}; known: {', '.join(BACKENDS)}", err=True)
         raise typer.Exit(2)
-    results = _compile_all(paths)
+    results = _compile_all(paths, out)
     code = _summary(results)
     if code:
         raise typer.Exit(code)

@@ -104,7 +104,7 @@ def closure(results: list) -> list:
 def stale_tuning(spec: model.KernelSpec, path: Path) -> list:
     """The spec's tuning files checked: each must be valid (E110, E120 to E122), and entries
     recorded against another version of the kernel are a warning (W900)."""
-    root = tuning.tuning_dir(out_root_for(path))
+    root = tuning_dir(out_root_for(path))
     tables, out = tuning.tables(_relative(root), spec.name)
     tunable = {b: {p.name for p in v.params if p.choices} for b, v in spec.variants.items()}
     for device_kind, entries in tables.items():
@@ -123,6 +123,13 @@ def stale_tuning(spec: model.KernelSpec, path: Path) -> list:
                 )
             )
     return out
+
+
+def tuning_dir(out_root: Path) -> Path:
+    """The tuning files of the packages in `out_root`: the project's tuning folder for its own
+    output folder, else tuning/ beside it."""
+    project = current(out_root.resolve().parent)
+    return project.tuning if out_root.resolve() == project.out else tuning.tuning_dir(out_root)
 
 
 def _relative(path: Path) -> Path:
@@ -144,9 +151,137 @@ def discover(paths: list, root: Path | None = None) -> list:
     return found
 
 
+CONFIG_KEYS = {
+    "specs": "the folder of the spec files (default specs)",
+    "out": "the folder generate writes the packages to (default generated)",
+    "package": "the import path of the output folder (default: out, with / as .)",
+    "tuning": "the folder of the tuning files (default tuning)",
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class Project:
+    """Where a project's files are: found upward from the working directory (see `find`)."""
+
+    root: Path
+    specs: Path
+    out: Path
+    package: str
+    tuning: Path
+    config: Path | None = None  # the file that configured it; None: the defaults, rooted at the cwd
+
+
+_current: list = []
+
+
+def use(project: Project) -> None:
+    """The project the commands of this process work in (the CLI sets it once)."""
+    _current[:] = [project]
+
+
+def current(near: Path | None = None) -> Project:
+    """The project in use (`use`); without one (kspec used as a library), the project around
+    `near` (a spec's folder), else around the working directory."""
+    return _current[0] if _current else find(near or Path.cwd())
+
+
+def find(start: Path, out: Path | None = None) -> Project:
+    """The project around `start`: the nearest folder upward holding a kspec.toml, a
+    pyproject.toml with a [tool.kspec] table, or a specs/ folder (then with the defaults);
+    without one, `start` with the defaults. `out` overrides the output folder (it must lie
+    inside the root). Raises SpecError (E140, E141)."""
+    start = start.resolve()
+    for folder in (start, *start.parents):
+        for name in ("kspec.toml", "pyproject.toml"):
+            path = folder / name
+            if path.is_file():
+                table = _config_table(path)
+                if table is not None:
+                    return _project(folder, path, table, out)
+        if (folder / "specs").is_dir():  # a project without a configuration: the defaults
+            return _project(folder, None, {}, out)
+    return _project(start, None, {}, out)
+
+
+def _config_table(path: Path) -> dict | None:
+    import tomllib
+
+    try:
+        text = loader.read_regular(path, loader.MAX_FILE_BYTES).decode("utf-8")
+        data = tomllib.loads(text)
+    except (OSError, UnicodeDecodeError) as e:
+        raise SpecError([Diagnostic("E140", f"cannot read the project configuration: {e}",
+                                    Location(str(_relative(path))))]) from None
+    except tomllib.TOMLDecodeError as e:
+        import re
+
+        at = re.search(r"\(at line (\d+), column (\d+)\)", str(e))
+        where = Location(str(_relative(path)), *map(int, at.groups())) if at else Location(str(_relative(path)))
+        message = re.sub(r"\s*\(at (line \d+, column \d+|end of document)\)", "", str(e))
+        raise SpecError([Diagnostic("E140", f"not valid TOML: {message}", where)]) from None
+    if path.name == "kspec.toml":
+        return data
+    tool = data.get("tool")
+    return tool.get("kspec") if isinstance(tool, dict) and isinstance(tool.get("kspec"), dict) else None
+
+
+def _project(root: Path, config: Path | None, table: dict, out: Path | None) -> Project:
+    diags = []
+
+    def where(key: str) -> Location:
+        return _key_loc(config, key) if config else Location(str(root))
+
+    for key, value in table.items():
+        if key not in CONFIG_KEYS:
+            from kspec.codegen.diagnostics import did_you_mean
+
+            diags.append(Diagnostic("E140", f"unknown key `{key}` in the kspec configuration", where(key),
+                                    did_you_mean(key, CONFIG_KEYS) or "keys: " + ", ".join(CONFIG_KEYS)))
+        elif not isinstance(value, str) or not value.strip():
+            diags.append(Diagnostic("E140", f"`{key}` must be a non-empty string ({CONFIG_KEYS[key]})", where(key)))
+    if diags:
+        raise SpecError(diags)
+
+    def inside(key: str, value: str | Path) -> Path:
+        path = (root / value).resolve() if not Path(value).is_absolute() else Path(value).resolve()
+        if path != root and root not in path.parents:
+            loc = where(key) if key in table else Location(str(value))
+            diags.append(Diagnostic("E141", f"{key} `{value}` is outside the project at {root}", loc,
+                                    "kspec reads and writes only inside the project; name a folder below it"))
+        return path
+
+    specs = inside("specs", table.get("specs", "specs"))
+    out_path = inside("out", out if out is not None else table.get("out", "generated"))
+    tuning_path = inside("tuning", table.get("tuning", "tuning"))
+    package = table.get("package") or ".".join(out_path.relative_to(root).parts) if not diags else ""
+    if not diags and not all(part.isidentifier() for part in package.split(".")):
+        diags.append(Diagnostic("E140", f"package `{package}` is not an import path", where("package"),
+                                "name the output folder's import path, e.g. `package = \"myproject.kernels\"`"))
+    if diags:
+        raise SpecError(diags)
+    return Project(root, specs, out_path, package, tuning_path, config)
+
+
+def _key_loc(config: Path, key: str) -> Location:
+    """Where `key = ...` is written in a configuration file (its first line if it is not found)."""
+    import re
+
+    try:
+        lines = config.read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError):
+        lines = []
+    in_table = config.name == "kspec.toml"
+    for n, line in enumerate(lines, 1):
+        if line.strip().startswith("["):
+            in_table = config.name == "kspec.toml" or line.strip() == "[tool.kspec]"
+        elif in_table and (m := re.match(rf"\s*({re.escape(key)})\s*=", line)):
+            return Location(str(_relative(config)), n, m.start(1) + 1)
+    return Location(str(_relative(config)))
+
+
 def out_root_for(spec_path: Path) -> Path:
-    """generated/ beside the spec's folder: specs/x.yaml -> generated/x/."""
-    return spec_path.resolve().parent.parent / "generated"
+    """The output folder of the current project (generated/ at its root, unless configured)."""
+    return current(spec_path.resolve().parent).out
 
 
 def plan(compiled: Compiled, out_root: Path) -> tuple:
@@ -154,8 +289,10 @@ def plan(compiled: Compiled, out_root: Path) -> tuple:
     spec = compiled.spec
     shown = Path(os.path.relpath(compiled.path.resolve(), out_root.resolve().parent)).as_posix()
     kernel_dir = out_root / spec.name
-    tables, _ = tuning.tables(tuning.tuning_dir(out_root), spec.name)  # compile_spec reported its problems
-    files = render.render(spec, shown, tables, compiled.linked)
+    tables, _ = tuning.tables(tuning_dir(out_root), spec.name)  # compile_spec reported its problems
+    project = current(out_root.resolve().parent)
+    package = project.package if out_root.resolve() == project.out else out_root.name
+    files = render.render(spec, shown, tables, compiled.linked, package)
     planned = {kernel_dir / name: writer.with_banner(text, shown, spec.sha256) for name, text in files.items()}
     return kernel_dir, planned
 

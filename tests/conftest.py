@@ -47,6 +47,11 @@ cases:
 KSPEC = [sys.executable, "-m", "kspec"]
 
 
+# The library's project configuration ([tool.kspec] in the repository's pyproject.toml): a copy of
+# specs/ and generated/ needs it to render the same bytes (the docstrings name its import path).
+LIBRARY_CONFIG = 'specs = "specs"\nout = "generated"\npackage = "kspec.generated"\ntuning = "tuning"\n'
+
+
 def mutate(text: str, *replacements: tuple) -> str:
     """Replace each `old` by `new` once; fail loudly if `old` is not in the text."""
     for old, new in replacements:
@@ -114,4 +119,5 @@ def repo_copy(tmp_path):
     shutil.copytree(REPO / "generated", root / "generated", ignore=shutil.ignore_patterns("__pycache__", ".kspec.lock"))
     if (REPO / "tuning").is_dir():  # generation embeds the tuning tables
         shutil.copytree(REPO / "tuning", root / "tuning")
+    (root / "kspec.toml").write_text(LIBRARY_CONFIG)  # the repository's [tool.kspec]: the import path
     return root

@@ -141,8 +141,8 @@ def _lambda(args: list, body: str) -> str:
 class _Context:
     """Strings the templates need, computed once per spec."""
 
-    def __init__(self, spec: KernelSpec):
-        self.spec = spec
+    def __init__(self, spec: KernelSpec, package: str = "generated"):
+        self.spec, self.import_path = spec, package
         self.inputs = [o.name for o in spec.inputs]
         bound: set = set()
         self.bindings, self.shape_checks = [], []
@@ -170,6 +170,7 @@ class _Context:
         spec = self.spec
         return {
             "name": spec.name,
+            "package": self.import_path,
             "doc": spec.doc or f"The `{spec.name}` kernel.",
             "inputs": self.inputs,
             "dims": spec.dims,
@@ -614,13 +615,15 @@ class _Context:
         )
 
 
-def render(spec: KernelSpec, spec_path: str, tuned: dict | None = None, linked: tuple = ()) -> dict:
+def render(spec: KernelSpec, spec_path: str, tuned: dict | None = None, linked: tuple = (),
+           package: str = "generated") -> dict:
     """{relative file name: content} for generated/<name>/. Content has no banner.
 
     `tuned`: {device_kind: [tuning entries]} from tuning/<name>/ (see codegen.tuning).
     `linked`: the backward KernelSpecs of the spec's `vjp:`, in order.
+    `package`: the output folder's import path, as the docstrings show it.
     """
-    ctx = _Context(spec)
+    ctx = _Context(spec, package)
     env = _env()
     files = {
         "_tuning.py": env.get_template("tuning.py.j2").render(ctx.tuning(tuned or {})),
