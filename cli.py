@@ -175,7 +175,7 @@ def _summary(results: list) -> int:
     return 0
 
 
-@app.command()
+@app.command(short_help="Check specs; runs no spec code.")
 def check(paths: Optional[List[Path]] = PathsArg) -> None:
     """Validate specs: schema, expressions, shapes, bounds and hardware rules. Runs no spec code."""
     results = _compile_all(paths)
@@ -185,7 +185,7 @@ def check(paths: Optional[List[Path]] = PathsArg) -> None:
     raise typer.Exit(code)
 
 
-@app.command()
+@app.command(short_help="Write the generated packages.")
 def generate(
     paths: Optional[List[Path]] = PathsArg,
     out: Optional[Path] = OutOpt,
@@ -269,14 +269,14 @@ def _write_tree(out_root: Path, items: list, init: tuple, force: bool, prune: bo
     return bool(refused)
 
 
-@app.command()
+@app.command(short_help="Run every backend against the reference.")
 def verify(
     paths: Optional[List[Path]] = PathsArg,
     out: Optional[Path] = OutOpt,
     backend: Optional[List[str]] = typer.Option(None, "--backend", "-b", help="Only these backends (repeatable)."),
     case: Optional[List[str]] = typer.Option(None, "--case", help="Only cases with these names (repeatable)."),
     seed: Optional[int] = typer.Option(None, "--seed", help="Seed for the random inputs (default: fresh, printed)."),
-    json_path: Optional[Path] = typer.Option(None, "--json", callback=_report_path, help="Write results as JSON; - for standard output (see docs/verify.md)."),
+    json_path: Optional[Path] = typer.Option(None, "--json", callback=_report_path, help="Write results as JSON; - for standard output (see `kspec docs verify`)."),
     junit_path: Optional[Path] = typer.Option(None, "--junit", callback=_report_path, help="Write results as JUnit XML; - for standard output."),
     lower: bool = typer.Option(False, "--lower", help="Lower each backend for its own platform instead of running."),
     timeout: float = typer.Option(300.0, "--timeout", callback=_seconds, help="Seconds allowed per case."),
@@ -332,7 +332,7 @@ def verify(
     raise typer.Exit(1 if counts["fail"] or counts["error"] else 0)
 
 
-@app.command()
+@app.command(short_help="Time kernels against XLA and competitors.")
 def bench(
     paths: Optional[List[Path]] = PathsArg,
     out: Optional[Path] = OutOpt,
@@ -340,7 +340,7 @@ def bench(
     case: Optional[List[str]] = typer.Option(None, "--case", help="Only bench cases with these names (repeatable)."),
     samples: int = typer.Option(20, "--samples", min=3, help="Timed samples per figure."),
     seed: Optional[int] = typer.Option(None, "--seed", help="Seed for the random inputs."),
-    json_path: Optional[Path] = typer.Option(None, "--json", callback=_report_path, help="Write results as JSON; - for standard output (see docs/bench.md)."),
+    json_path: Optional[Path] = typer.Option(None, "--json", callback=_report_path, help="Write results as JSON; - for standard output (see `kspec docs bench`)."),
     markdown_path: Optional[Path] = typer.Option(None, "--markdown", callback=_report_path, help="Write a markdown report; - for standard output."),
     plot_path: Optional[Path] = typer.Option(None, "--plot", callback=_file_path, help="Write a PNG plot (needs matplotlib)."),
     measure_ceilings: bool = typer.Option(False, "--measure-ceilings", help="Measure copy bandwidth and bf16 matmul peak here and use them as the roofline."),
@@ -394,7 +394,7 @@ def bench(
     raise typer.Exit(1 if counts["fail"] or counts["error"] else 0)
 
 
-@app.command()
+@app.command(short_help="Search params for the fastest config.")
 def tune(
     paths: Optional[List[Path]] = PathsArg,
     out: Optional[Path] = OutOpt,
@@ -407,7 +407,7 @@ def tune(
     strategy: str = typer.Option(
         "exhaustive", "--strategy",
         help="exhaustive (every config), random (a seeded sample) or guided (a first batch ranked by a static "
-             "score of the blocks, then batches around the fastest so far; see docs/bench.md).",
+             "score of the blocks, then batches around the fastest so far; see `kspec docs bench`).",
     ),
     budget_trials: Optional[int] = typer.Option(
         None, "--budget-trials", min=1,
@@ -497,7 +497,7 @@ CONFIG = '[tool.kspec]\nspecs = "specs"\nout = "generated"\npackage = "generated
 GITIGNORE = ["generated/.kspec.lock", "__pycache__/"]
 
 
-@app.command()
+@app.command(short_help="Make a folder a kspec project.")
 def init(
     folder: Path = typer.Argument(Path("."), help="The project folder (default: the working directory).", show_default=False),
 ) -> None:
@@ -541,7 +541,28 @@ def init(
         typer.echo(f"created {line}")
     typer.echo("next: kspec check && kspec generate && kspec verify; then `from generated.scale_rows import scale_rows`")
 
-@app.command()
+
+@app.command(short_help="Read the user manual in the terminal.")
+def docs(topic: Optional[str] = typer.Argument(None, help="A page of the manual (default: list them).", show_default=False)) -> None:
+    """Print a page of the user manual (the docs/ folder, shipped with kspec), or list the pages."""
+    from importlib import resources
+
+    pages = {p.name[:-3]: p for p in (resources.files("kspec") / "docs").iterdir() if p.name.endswith(".md")}
+    if topic is None:
+        for name in sorted(pages):
+            title = next((line.lstrip("# ").strip() for line in pages[name].read_text(encoding="utf-8").splitlines()
+                          if line.startswith("# ")), "")
+            typer.echo(f"{name:<16} {title}")
+        return
+    if topic not in pages:
+        from kspec.codegen.diagnostics import did_you_mean
+
+        hint = did_you_mean(topic, pages)
+        typer.echo(f"error: no page {topic!r}" + (f" ({hint})" if hint else "") + f"; pages: {', '.join(sorted(pages))}", err=True)
+        raise typer.Exit(2)
+    typer.echo(pages[topic].read_text(encoding="utf-8"), nl=False)
+
+@app.command(short_help="Print the JSON Schema of specs or tuning files.")
 def schema(
     tuning: bool = typer.Option(False, "--tuning", help="The schema of tuning files (tuning/<kernel>/<device>.json) instead."),
 ) -> None:

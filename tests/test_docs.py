@@ -60,3 +60,28 @@ def test_ci_runs_the_readme_test_command():
     assert "pytest" in command and '-m "not slow"' in command
     assert command in [ln.strip() for ln in README.splitlines()], "README.md must give .ci/run's last line as its test command"
     assert (ROOT / ".ci" / "run").stat().st_mode & 0o111, ".ci/run must be executable"
+
+
+def test_help_shows_each_command_whole():
+    out = subprocess.run([sys.executable, "-m", "kspec", "--help"], cwd=ROOT, capture_output=True, text=True,
+                         check=True, env={**__import__("os").environ, "COLUMNS": "80"}).stdout
+    lines = [ln for ln in out.split("Commands:", 1)[1].split("Examples:", 1)[0].splitlines() if ln.strip()]
+    assert len(lines) == len(_help_commands())
+    assert [ln for ln in lines if ln.rstrip().endswith(("...", "\u2026")) or not ln.rstrip().endswith(".")] == []
+
+
+def test_help_texts_point_at_documentation_an_installed_user_has():
+    cli = (ROOT / "cli.py").read_text(encoding="utf-8")
+    assert re.findall(r"docs/[a-z-]+\.md", cli) == []
+
+
+def test_the_manual_is_readable_from_the_command_line():
+    def kspec_docs(*args):
+        return subprocess.run([sys.executable, "-m", "kspec", "docs", *args], cwd=ROOT, capture_output=True, text=True)
+
+    listing = kspec_docs()
+    assert listing.returncode == 0 and re.search(r"^verify\s+\S", listing.stdout, re.M), listing.stdout
+    page = kspec_docs("verify")
+    assert page.returncode == 0 and page.stdout == (ROOT / "docs" / "verify.md").read_text(encoding="utf-8")
+    wrong = kspec_docs("verfy")
+    assert wrong.returncode == 2 and "did you mean `verify`?" in wrong.stderr
