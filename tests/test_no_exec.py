@@ -247,7 +247,7 @@ def test_generated_modules_hold_only_what_the_templates_make():
     template_defs = {
         name.replace("{{ name }}", "{name}")
         for path in (REPO / "templates").glob("*.j2")
-        for name in re.findall(r"^def ([^(]+)\(", path.read_text(), re.M)
+        for name in re.findall(r"^(?:def|class) ([^(:]+)[(:]", path.read_text(), re.M)
     }
     for kind, defs in by_kind.items():
         assert set().union(*defs) <= template_defs, (kind, set().union(*defs) - template_defs)

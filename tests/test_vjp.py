@@ -294,3 +294,19 @@ def test_a_backward_spec_outside_the_folder_is_refused(tmp_path):
     refusal = ("specs/a.yaml:18:13: error[E200]: vjp.backward.0.spec must be the name of a spec file in this spec's "
                "folder, such as `layer_norm_dx.yaml`")
     assert (r.rc, r.out.splitlines()) == (2, [refusal, "1 error(s) in 1 of 1 spec(s)"])
+
+
+def test_grad_of_a_kernel_without_vjp_says_how_to_add_one():
+    import jax
+    import jax.numpy as jnp
+
+    from generated.add import NoGradientError, add
+
+    x = jnp.ones((256, 512))
+    assert float(add(x, x).sum()) == 2 * 256 * 512  # the forward pass is the kernel's
+    with pytest.raises(NoGradientError) as raised:
+        jax.grad(lambda a: add(a, x).sum())(x)
+    assert str(raised.value) == (
+        "add: the kernel declares no gradient, so jax.grad and jax.vjp cannot differentiate it; add a `vjp:` "
+        "section to its spec that names the backward kernels (kspec's README: Autodiff), or differentiate add_reference")
+    assert jax.jit(add)(x, x).shape == (256, 512) and jax.vmap(add)(x[None], x[None]).shape == (1, 256, 512)
