@@ -146,7 +146,7 @@ def _use_project(out: Optional[Path] = None) -> "pipeline.Project":
 
 def _compile_all(paths: Optional[List[Path]], out: Optional[Path] = None) -> list:
     project = _use_project(out)
-    specs = pipeline.discover(paths or [project.specs])
+    specs = pipeline.discover(paths or [pipeline.relative(project.specs)])
     if not specs:
         where = ", ".join(_shown(p) for p in paths) if paths else _shown(project.specs) + "/"
         typer.echo(f"error: no spec files found (looked in {where})", err=True)

@@ -105,11 +105,11 @@ def stale_tuning(spec: model.KernelSpec, path: Path) -> list:
     """The spec's tuning files checked: each must be valid (E110, E120 to E122), and entries
     recorded against another version of the kernel are a warning (W900)."""
     root = tuning_dir(out_root_for(path))
-    tables, out = tuning.tables(_relative(root), spec.name)
+    tables, out = tuning.tables(relative(root), spec.name)
     tunable = {b: {p.name for p in v.params if p.choices} for b, v in spec.variants.items()}
     for device_kind, entries in tables.items():
-        where = _relative(root) / spec.name / tuning.file_name(device_kind)
-        out += tuning.untuned_params(where, {"entries": entries}, tunable)
+        where = relative(root) / spec.name / tuning.file_name(device_kind)
+        out += tuning.untuned_params(where, {"entries": entries}, tunable, spec.kernel_sha)
         old = tuning.stale(entries, spec.kernel_sha)
         if old:
             out.append(
@@ -129,10 +129,10 @@ def tuning_dir(out_root: Path) -> Path:
     """The tuning files of the packages in `out_root`: the project's tuning folder for its own
     output folder, else tuning/ beside it."""
     project = current(out_root.resolve().parent)
-    return project.tuning if out_root.resolve() == project.out else tuning.tuning_dir(out_root)
+    return project.tuning if Path(os.path.abspath(out_root)) == project.out else tuning.tuning_dir(out_root)
 
 
-def _relative(path: Path) -> Path:
+def relative(path: Path) -> Path:
     """`path` relative to the working directory when it lies below it (as diagnostics show it)."""
     rel = os.path.relpath(path)
     return Path(rel) if not rel.startswith("..") else path
@@ -211,12 +211,12 @@ def _config_table(path: Path) -> dict | None:
         data = tomllib.loads(text)
     except (OSError, UnicodeDecodeError) as e:
         raise SpecError([Diagnostic("E140", f"cannot read the project configuration: {e}",
-                                    Location(str(_relative(path))))]) from None
+                                    Location(str(relative(path))))]) from None
     except tomllib.TOMLDecodeError as e:
         import re
 
         at = re.search(r"\(at line (\d+), column (\d+)\)", str(e))
-        where = Location(str(_relative(path)), *map(int, at.groups())) if at else Location(str(_relative(path)))
+        where = Location(str(relative(path)), *map(int, at.groups())) if at else Location(str(relative(path)))
         message = re.sub(r"\s*\(at (line \d+, column \d+|end of document)\)", "", str(e))
         raise SpecError([Diagnostic("E140", f"not valid TOML: {message}", where)]) from None
     if path.name == "kspec.toml":
@@ -243,8 +243,11 @@ def _project(root: Path, config: Path | None, table: dict, out: Path | None) -> 
         raise SpecError(diags)
 
     def inside(key: str, value: str | Path) -> Path:
-        path = (root / value).resolve() if not Path(value).is_absolute() else Path(value).resolve()
-        if path != root and root not in path.parents:
+        """The folder, absolute but with links left in place (the writer refuses to write through
+        one, E111); it must lie inside the root once they are followed."""
+        path = Path(os.path.normpath(root / value))
+        real = path.resolve()
+        if real != root and root not in real.parents:
             loc = where(key) if key in table else Location(str(value))
             diags.append(Diagnostic("E141", f"{key} `{value}` is outside the project at {root}", loc,
                                     "kspec reads and writes only inside the project; name a folder below it"))
@@ -275,8 +278,8 @@ def _key_loc(config: Path, key: str) -> Location:
         if line.strip().startswith("["):
             in_table = config.name == "kspec.toml" or line.strip() == "[tool.kspec]"
         elif in_table and (m := re.match(rf"\s*({re.escape(key)})\s*=", line)):
-            return Location(str(_relative(config)), n, m.start(1) + 1)
-    return Location(str(_relative(config)))
+            return Location(str(relative(config)), n, m.start(1) + 1)
+    return Location(str(relative(config)))
 
 
 def out_root_for(spec_path: Path) -> Path:
@@ -291,7 +294,7 @@ def plan(compiled: Compiled, out_root: Path) -> tuple:
     kernel_dir = out_root / spec.name
     tables, _ = tuning.tables(tuning_dir(out_root), spec.name)  # compile_spec reported its problems
     project = current(out_root.resolve().parent)
-    package = project.package if out_root.resolve() == project.out else out_root.name
+    package = project.package if Path(os.path.abspath(out_root)) == project.out else out_root.name
     files = render.render(spec, shown, tables, compiled.linked, package)
     planned = {kernel_dir / name: writer.with_banner(text, shown, spec.sha256) for name, text in files.items()}
     return kernel_dir, planned

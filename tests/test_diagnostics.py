@@ -9,6 +9,7 @@ gets a spec and a pinned text below.
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -170,6 +171,7 @@ SPECS = {
                         "cases:\n  - {name: c, N: 64, min_speedup_over: {xl: 1.1}}"))),
     "E600": mutate(V, (BODY, "o_ref[...] = x_ref[...] *")),
     "E601": mutate(V, (BODY, "import torch\n  " + BODY)),
+    "E602": mutate(V, (BODY, BODY + " + bss")),
     "E701": backend("  mosaic_tpu:\n    blocks:\n      o: {block_shape: [64], index_map: \"i -> (0,)\"}\n"),
     "E702": backend(
         "  mosaic_tpu:\n"
@@ -264,6 +266,7 @@ EXPECTED = {
     "E509": ['specs/bad.yaml:21:41: error[E509]: case `c`: min_speedup_over names `xl`, which is not a competitor (competitors: xla)', '  = help: did you mean `xla`?'],
     "E600": ['specs/bad.yaml:15:28: error[E600]: body: invalid syntax'],
     "E601": ['specs/bad.yaml:15:3: error[E601]: body: import of `torch`', '  = help: generated modules may import only jax, numpy and the standard library'],
+    "E602": ['specs/bad.yaml:15:33: error[E602]: body: unknown name `bss`', '  = help: did you mean `bs`?'],
     "E701": ['specs/bad.yaml:12:3: error[E701]: case `c` (mosaic_tpu): x block dim 0 is 8; on TPU the last block dim must be divisible by 128 for float32 or equal the array dim (64)', '  = help: use a multiple of 128 (e.g. 128) or the full dim'],
     "E702": ['specs/bad.yaml:26:7: error[E702]: case `c` (mosaic_tpu): output o is written by several steps of parallel grid axis 1 (grid points (0, 0) and (0, 1) write the same block)', "  = help: mark grid axis 1 `arbitrary` in dimension_semantics, or index o's blocks by it"],
     "E703": ['specs/bad.yaml:21:3: error[E703]: case `c` (mosaic_tpu): VMEM estimate 1.0 KiB (blocks x 2 buffers 1.0 KiB + scratch) exceeds the limit of 512 bytes', '  = help: use smaller blocks, or raise compiler_params.vmem_limit_bytes'],
@@ -287,13 +290,22 @@ EXPECTED = {
 }
 
 
-ERRORS = sorted(c for c in CODES if c.startswith("E"))
+# Codes about files other than a spec's text, pinned where those files are made.
+ELSEWHERE = {
+    "E110": "test_hostile.py", "E111": "test_write_path.py", "E120": "test_tuning_files.py",
+    "E121": "test_tuning_files.py", "E122": "test_tuning_files.py", "E140": "test_project.py",
+    "E141": "test_project.py", "E142": "test_project.py",
+}
+ERRORS = sorted(c for c in CODES if c.startswith("E") and c not in ELSEWHERE)
 
 
 def test_every_code_has_a_case():
     assert sorted(SPECS) == ERRORS, "give every error code in CODES a bad spec in SPECS"
     assert sorted(EXPECTED) == ERRORS, "pin every code's text in EXPECTED"
     assert [c for c in CODES if not c.startswith("E")] == ["W900", "W901"], "warnings get their own tests below"
+    here = Path(__file__).resolve().parent
+    for code, where in ELSEWHERE.items():
+        assert f"error[{code}]: " in (here / where).read_text(encoding="utf-8"), (code, where)
 
 
 def test_stale_tuning_entries_are_a_warning(kspec, write_spec, tmp_path):

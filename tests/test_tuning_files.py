@@ -50,6 +50,8 @@ BROKEN = {
 @pytest.mark.parametrize("name", sorted(BROKEN))
 def test_a_broken_tuning_file_is_a_located_error(name, tmp_path, kspec):
     content, first = BROKEN[name]
+    if name == "untuned_param":  # an entry for this version of the kernel: stale ones are never embedded
+        content = content.replace(SHA, _sha(tmp_path))
     _project(tmp_path, content)
     for command in ("check", "generate"):
         r = kspec(command)

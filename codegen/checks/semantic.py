@@ -19,6 +19,7 @@ from typing import Any
 
 from kspec.codegen.spec import dtypes as dt
 from kspec.codegen.checks import mesh as _mesh
+from kspec.codegen.checks import names as code_names
 from kspec.codegen.backends import BACKENDS
 from kspec.codegen.diagnostics import Diagnostic, did_you_mean
 from kspec.codegen.spec.expr import Expr, IndexMap
@@ -65,6 +66,8 @@ def check(spec: KernelSpec) -> list[Diagnostic]:
         scope = set(spec.dims) | {p.name for v in spec.variants.values() for p in v.params}
         for e in (spec.cost.flops, spec.cost.transcendentals, spec.cost.bytes_accessed):
             diags += _unknown(e, scope, "cost_estimate")
+    if not diags:  # the names a body reads, once every name the spec declares is sound
+        diags += code_names.check(spec)
     if not diags:
         for case in spec.cases + spec.bench:
             diags += _case_bindings(spec, case)

@@ -80,6 +80,7 @@ CODES: dict[str, str] = {
     "E509": "min_speedup_over names no competitor",
     "E600": "Python syntax error",
     "E601": "import not allowed in generated code",
+    "E602": "unknown name in code",
     "E701": "TPU block tiling: last two block dims not divisible by (8 x packing, 128)",
     "E702": "TPU parallel grid axis revisits an output block",
     "E703": "TPU VMEM budget exceeded",

@@ -178,14 +178,15 @@ def read(path: Path) -> tuple:
     return doc, []
 
 
-def untuned_params(path: Path, doc: dict, tunable: dict) -> list:
-    """E122 for each entry param that is not a tuned param of its backend ({backend: {param
+def untuned_params(path: Path, doc: dict, tunable: dict, sha: str) -> list:
+    """E122 for each param of an entry for this version of the kernel (`sha`; the others are
+    stale, W900, and never embedded) that is not a tuned param of its backend ({backend: {param
     names}}): the generated code would pass it to a kernel that does not take it."""
     shown, text, where = str(path), None, None
     out = []
     for i, entry in enumerate(doc["entries"]):
         allowed = tunable.get(entry["backend"])
-        if allowed is None:
+        if allowed is None or entry["kernel_sha"] != sha:
             continue
         for name in entry["params"]:
             if name not in allowed:
