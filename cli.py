@@ -20,7 +20,7 @@ from kspec import __version__
 from kspec.codegen import project as pipeline
 from kspec.codegen.emit import writer
 from kspec.codegen.diagnostics import Diagnostic, printable
-from kspec.codegen.verify import DEFAULT_SCHEDULES
+from kspec.codegen.run.tasks import DEFAULT_SCHEDULES
 
 EPILOG = """
 Examples:
@@ -431,7 +431,6 @@ def tune(
 
     from kspec.codegen.checks import instances
     from kspec.codegen import tune as tn
-    from kspec.codegen.spec import tuning as tg
 
     if strategy not in tn.STRATEGIES:
         typer.echo("error: --strategy must be exhaustive, random or guided", err=True)
@@ -444,7 +443,9 @@ def tune(
         for r in results:
             spec = r.spec
             out_root = pipeline.out_root_for(r.path)
-            store = tg.Store(tuning_dir or pipeline.tuning_dir(out_root), spec.name, info["device"])
+            from kspec.codegen.tune.store import Store
+
+            store = Store(tuning_dir or pipeline.tuning_dir(out_root), spec.name, info["device"])
             done = store.done()
             suite, chosen = ("bench", spec.bench) if spec.bench else ("cases", spec.cases)
             for name, variant in spec.variants.items():
@@ -592,7 +593,7 @@ def _tune_case(session, store, done, spec, variant, index, case, assign, suite, 
     from kspec.codegen import tune as tn
     from kspec.codegen.spec import tuning as tg
     from kspec.codegen.backends.devices import peak_for
-    from kspec.codegen.verify import Task
+    from kspec.codegen.run.tasks import Task
 
     label = ",".join(dict.fromkeys(assign[o.name] for o in spec.inputs))
     dims = tuple(case.dims[d] for d in spec.dims)
@@ -698,7 +699,9 @@ def _start_run(paths, backends, seed, timeout, devices=None, cases=None, case_ki
         raise typer.Exit(1)
     seed = seed if seed is not None else secrets.randbelow(2**31)
     typer.echo(f"seed: {seed}  (reproduce with --seed {seed})")
-    session = v.Session(v.worker_env(devices), timeout)
+    from kspec.codegen.run import pool
+
+    session = pool.Session(pool.worker_env(devices), timeout)
     info = session.info
     typer.echo(f"jax {info['jax_version']} on {info['platform']} ({info['device']})")
     return results, session, seed

@@ -234,7 +234,7 @@ def test_configs_that_change_the_references_params_are_checked_against_their_own
     takes bm too: each config is compared with the reference at its own bm (on the H200 the
     configs other than the default's bm were rejected with a shape mismatch)."""
     from kspec.codegen.run import worker
-    from kspec.codegen.verify import Task
+    from kspec.codegen.run.tasks import Task
 
     spec_path = ROOT / "specs" / "layer_norm_dparams.yaml"
     spec = pipeline.compile_spec(spec_path).spec

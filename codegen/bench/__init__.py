@@ -7,7 +7,8 @@ and formats, so it does not import jax.
 from __future__ import annotations
 
 from kspec.codegen import project as pipeline
-from kspec.codegen.verify import Task, _dtype_reason, _skip_reason, matrix, result
+from kspec.codegen.run.tasks import Task, result
+from kspec.codegen.verify import _dtype_reason, _skip_reason, matrix
 
 
 def plan(compiled: list, *, backends: list, cases: list, seed: int, samples: int, platform: str,

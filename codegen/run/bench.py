@@ -10,8 +10,10 @@ import time
 from kspec.codegen.spec import dtypes as dt
 from kspec.codegen.run import timing
 from kspec.codegen.backends.devices import Peak, peak_for
-from kspec.codegen.verify import result
+from kspec.codegen.run.tasks import result
 
+
+COMPILE_THREADS = 4  # configs a tune task compiles at once (guided's batch size after its first)
 
 def _nbytes(arrays) -> int:
     return sum(int(math.prod(a.shape)) * a.dtype.itemsize for a in arrays)
@@ -296,7 +298,6 @@ def tune(task, prep, check_outputs, describe):
 
     import jax
 
-    from kspec.codegen.tune import COMPILE_THREADS
 
     configs = [dict(c) for c in task.configs]
     refs = {}  # the reference's outputs per value of the params it takes

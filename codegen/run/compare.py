@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from kspec.codegen.run.tasks import Task, result
+
 
 def _as_f64(x) -> np.ndarray:
     a = np.asarray(x)
@@ -112,3 +114,12 @@ def _compare_on_device(out, ref, atol: float, rtol: float) -> dict:
         "passed": bool(passed),
         "message": message,
     }
+
+
+def verdict_result(task: Task, verdict: dict, seconds: float, tol: dict) -> dict:
+    """The result row of a compare_all verdict."""
+    if "max_abs_err" not in verdict:
+        return result(task, "fail", verdict["message"], seconds=seconds, tolerance=tol)
+    metrics = {k: verdict[k] for k in ("max_abs_err", "max_rel_err", "rel_err", "frac_within_tol")}
+    return result(task, "pass" if verdict["passed"] else "fail", verdict["message"], seconds=seconds, tolerance=tol,
+                  **metrics)

@@ -12,8 +12,9 @@ import functools
 import time
 
 from kspec.codegen.spec import dtypes as dt
-from kspec.codegen.run.compare import compare_all
-from kspec.codegen.verify import result
+from kspec.codegen.run.compare import compare_all, verdict_result
+from kspec.codegen.run.inputs import rng_for, upcast
+from kspec.codegen.run.tasks import result
 
 
 def _wrt(prep) -> list:
@@ -58,7 +59,6 @@ def grad(task, prep, module, interpret, start: float) -> dict:
     """Compare gradients for one task; `module` is the kernel's generated _vjp.py."""
     import jax
 
-    from kspec.codegen.run.worker import _upcast, rng_for, verdict_result
 
     spec, wrt = prep.spec, _wrt(prep)
     fn = module.differentiable(task.backend, tuple(sorted(prep.params.items())), interpret)
@@ -67,10 +67,10 @@ def grad(task, prep, module, interpret, start: float) -> dict:
     grads = jax.block_until_ready(pullback(_like(outs, cotangents)))
     seconds = round(time.monotonic() - start, 3)
     ref = functools.partial(prep.ref_fn, **prep.ref_params)
-    upcast = [_upcast(x) for x in prep.inputs]
+    upcast = [upcast(x) for x in prep.inputs]
     with jax.default_matmul_precision("highest"):
         ref_outs, ref_pullback = jax.vjp(_on(ref, upcast, wrt), *[upcast[i] for i in wrt])
-        ref_grads = ref_pullback(_like(ref_outs, [c if c.dtype == jax.dtypes.float0 else _upcast(c) for c in cotangents]))
+        ref_grads = ref_pullback(_like(ref_outs, [c if c.dtype == jax.dtypes.float0 else upcast(c) for c in cotangents]))
     tol = dt.tolerance(list(prep.dtypes.values()), spec.tolerance, prep.case.tolerance)
     for i, g in zip(wrt, grads):
         if g.dtype != prep.inputs[i].dtype:

@@ -10,7 +10,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
-import hashlib
 import importlib
 import io
 import logging
@@ -27,15 +26,16 @@ from kspec.codegen.checks import instances
 from kspec.codegen.run import multicore
 from kspec.codegen import project as pipeline
 from kspec.codegen.spec import dtypes as dt
-from kspec.codegen.run.compare import compare_all
-from kspec.codegen.verify import Task, result
+from kspec.codegen.run.compare import compare_all, verdict_result
+from kspec.codegen.run.inputs import make_input, upcast
+from kspec.codegen.run.tasks import Task, result
 
 _compiled: dict = {}
 
 
 def serve() -> None:
     """The worker process's entry point: `python -c ... serve()` with the file descriptors of its
-    three pipes as arguments (tasks in, results out, the lifeline; see verify.Session)."""
+    three pipes as arguments (tasks in, results out, the lifeline; see run.pool.Session)."""
     tasks, results, lifeline = map(int, sys.argv[1:4])
     _guard(lifeline)
     main(_Pipes(Connection(tasks, writable=False), Connection(results, readable=False)))
@@ -101,52 +101,6 @@ def _guard(lifeline: int) -> None:
             os.killpg(os.getpgrp(), signal.SIGKILL)
             os._exit(0)
     os.close(lifeline)
-
-
-def rng_for(task: Task, operand: str) -> np.random.Generator:
-    key = f"{task.seed}/{task.kernel}/{task.case}/{task.dtype_label}/{operand}".encode()
-    return np.random.default_rng(int.from_bytes(hashlib.sha256(key).digest()[:8], "little"))
-
-
-def make_input(task: Task, op, shape: tuple, dtype: str, env: dict, shapes: dict):
-    """Random data for one input: the spec's initialiser, else a per-dtype default."""
-    import jax.numpy as jnp
-
-    rng = rng_for(task, op.name)
-    init = getattr(op, "init", None)
-    kind = init.kind if init else None
-    if kind == "index":
-        high = init.bound(env, shapes)
-        data = rng.integers(0, max(high, 1), size=shape)
-    elif kind == "uniform":
-        data = rng.uniform(init.low, init.high, size=shape)
-    elif kind == "positive":
-        data = np.abs(rng.standard_normal(shape)) + 0.5
-    elif kind in ("ones", "zeros"):
-        data = np.full(shape, 1.0 if kind == "ones" else 0.0)
-    elif kind == "normal":
-        data = rng.normal(init.mean, init.std, size=shape)
-    else:
-        info = dt.DTYPES[dtype]
-        if info[1] == "b":
-            data = rng.integers(0, 2, size=shape).astype(bool)
-        elif info[1] == "i":
-            bound = min(100, 2 ** (8 * info[0] - 2))
-            data = rng.integers(-bound, bound, size=shape)
-        elif info[1] == "u":
-            data = rng.integers(0, min(100, 2 ** (8 * info[0] - 1)), size=shape)
-        else:
-            data = rng.standard_normal(shape)
-    return jnp.asarray(np.asarray(data)).astype(jnp.dtype(dtype))
-
-
-def _upcast(x):
-    """The reference sees low-precision floats as float32."""
-    import jax.numpy as jnp
-
-    if jnp.issubdtype(x.dtype, jnp.floating) and jnp.dtype(x.dtype).itemsize < 4:
-        return x.astype(jnp.float32)
-    return x
 
 
 def _spec(path: str):
@@ -358,7 +312,7 @@ def reference_outputs(prep: Prepared) -> tuple:
     if prep.refs is None:
         ref_fn = functools.partial(prep.ref_fn, **prep.ref_params)
         with jax.default_matmul_precision("highest"):
-            refs = ref_fn(*[_upcast(x) for x in prep.inputs])
+            refs = ref_fn(*[upcast(x) for x in prep.inputs])
         prep.refs = jax.block_until_ready(tuple(refs) if isinstance(refs, (tuple, list)) else (refs,))
     return prep.refs
 
@@ -412,15 +366,6 @@ def check_outputs(task: Task, prep: Prepared, outs, seconds: float) -> dict:
             return result(task, "fail", message, seconds=seconds, tolerance=tol)
     named = [(f"output {op.name}", out, ref) for op, out, ref in zip(spec.outputs, outs, refs)]
     return verdict_result(task, compare_all(named, tol["atol"], tol["rtol"]), seconds, tol)
-
-
-def verdict_result(task: Task, verdict: dict, seconds: float, tol: dict) -> dict:
-    """The result row of a compare_all verdict."""
-    if "max_abs_err" not in verdict:
-        return result(task, "fail", verdict["message"], seconds=seconds, tolerance=tol)
-    metrics = {k: verdict[k] for k in ("max_abs_err", "max_rel_err", "rel_err", "frac_within_tol")}
-    return result(task, "pass" if verdict["passed"] else "fail", verdict["message"], seconds=seconds, tolerance=tol,
-                  **metrics)
 
 
 def _lower(task: Task, fn, inputs, params, start: float) -> dict:

@@ -20,7 +20,6 @@ from importlib import resources
 from pathlib import Path
 
 from kspec.codegen.diagnostics import Diagnostic, Location
-from kspec.codegen.emit.writer import atomic_write
 from kspec.codegen.spec import loader
 
 # Spec keys that do not change the generated kernel: editing them keeps tuning valid.
@@ -96,23 +95,6 @@ def key(entry: dict) -> tuple:
         entry["backend"], tuple(entry["bucket"]), entry["dtype"], fixed(entry), entry["jax_version"],
         entry["kernel_sha"], tuple(sorted(entry["params"].items())), how_timed(entry),
     )
-
-
-class Store:
-    """One kernel's tuning file for one device kind."""
-
-    def __init__(self, root: Path, kernel: str, device_kind: str):
-        self.path = root / kernel / file_name(device_kind)
-        self.kernel, self.device_kind = kernel, device_kind
-        self.entries = load(self.path)
-
-    def done(self) -> set:
-        return {key(e) for e in self.entries}
-
-    def append(self, entry: dict) -> None:
-        self.entries.append(entry)
-        doc = {"kernel": self.kernel, "device_kind": self.device_kind, "entries": self.entries}
-        atomic_write(self.path, json.dumps(doc, indent=1, sort_keys=True) + "\n")
 
 
 MAX_TUNING_BYTES = 64 << 20  # a tuning file of every trial of a shape family stays far below this

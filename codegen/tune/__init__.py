@@ -20,11 +20,11 @@ import random
 from collections import Counter
 
 from kspec.codegen.checks import instances
+from kspec.codegen.run.bench import COMPILE_THREADS
 from kspec.codegen.backends import rules
 from kspec.codegen.spec import dtypes as dt
 
 STRATEGIES = ("exhaustive", "random", "guided")
-COMPILE_THREADS = 4  # configs the worker compiles at once; guided's batch size after its first
 LEADERS = 3  # guided looks around this many of the fastest configs timed
 REACH = 2  # and changes up to this many params at once: a tile size may pay only with more warps
 SPILL_WORDS = 128  # per thread: Triton's output tile lives in registers (255 per thread), more spills

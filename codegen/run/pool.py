@@ -1,0 +1,250 @@
+"""The worker pool of verify, bench and tune: one worker process at a time, each task answered
+within its timeout; a worker that crashes, hangs or is fed garbage is killed with everything it
+started, and the next task gets a fresh one. Only the workers import jax.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import pickle
+import select
+import signal
+import struct
+import subprocess
+import sys
+import time
+from multiprocessing import connection as mp_connection
+
+from kspec.codegen.run.tasks import Task, result
+
+class Session:
+    """Worker processes with a pipe each, run one task at a time; a worker that
+    crashes or times out is killed and the next task gets a fresh one."""
+
+    def __init__(self, env: dict, timeout: float, startup_timeout: float = 300.0):
+        self.env, self.timeout, self.startup_timeout = env, timeout, startup_timeout
+        self._proc = None
+        self.info = self._start()
+
+    def _start(self) -> dict:
+        """A fresh worker: a process of its own, in a process group of its own (killed as a whole),
+        holding only three pipes: tasks in, results out, and a lifeline whose other end only this
+        process holds. When this process ends, however it ends (SIGTERM, SIGKILL, a crash), the
+        lifeline closes and the worker's guard kills the group: the worker and anything a task
+        started. Its standard output is this process's standard error."""
+        tasks_r, tasks_w = os.pipe()
+        results_r, results_w = os.pipe()
+        life_r, life_w = os.pipe()
+        env = dict(os.environ, **{k: v for k, v in self.env.items() if v})
+        fds = (tasks_r, results_w, life_r)
+        try:
+            proc = subprocess.Popen(
+                [sys.executable, "-c", "from kspec.codegen.run import worker; worker.serve()", *map(str, fds)],
+                pass_fds=fds, env=env, stdin=subprocess.DEVNULL, stdout=sys.stderr.fileno(), process_group=0,
+            )
+        finally:
+            for fd in fds:
+                os.close(fd)
+        self._proc = _Worker(proc)
+        self._conn = _Channel(mp_connection.Connection(tasks_w, readable=False), results_r)
+        self._lifeline = _Fd(life_w)
+        try:
+            info = _receive(self._conn, self.startup_timeout)
+        except (EOFError, OSError) + _GARBLED:
+            self._kill()
+            raise RuntimeError(f"the verify worker failed to start: {_exit_reason(self._proc.exitcode)}") from None
+        if info is _TIMED_OUT:
+            self._kill()
+            raise RuntimeError("the verify worker did not start (importing jax timed out)")
+        return info
+
+    def run(self, task: Task) -> dict:
+        if self._proc is None or not self._proc.is_alive():
+            self._start()
+        start = time.monotonic()
+        try:
+            self._conn.send(task)
+            answer = _receive(self._conn, self.timeout)
+            if answer is not _TIMED_OUT:
+                return answer
+            self._kill()
+            return result(task, "error", f"timed out after {self.timeout:g} s", seconds=round(time.monotonic() - start, 3))
+        except (EOFError, OSError):
+            self._proc.join(5)
+            why = _exit_reason(self._proc.exitcode)
+            self._kill()
+            return result(task, "error", f"worker died: {why}", seconds=round(time.monotonic() - start, 3))
+        except _GARBLED:
+            self._kill()
+            return result(task, "error", GARBLED, seconds=round(time.monotonic() - start, 3))
+
+    def stream(self, task: Task):
+        """Send a task that answers with several messages; yield them until its "done"."""
+        if self._proc is None or not self._proc.is_alive():
+            self._start()
+        try:
+            self._conn.send(task)
+            while True:
+                message = _receive(self._conn, self.timeout)
+                if message is _TIMED_OUT:
+                    self._kill()
+                    yield result(task, "error", f"timed out after {self.timeout:g} s")
+                    return
+                if message.get("done"):
+                    return
+                yield message
+        except (EOFError, OSError):
+            self._proc.join(5)
+            why = _exit_reason(self._proc.exitcode)
+            self._kill()
+            yield result(task, "error", f"worker died: {why}")
+        except _GARBLED:
+            self._kill()
+            yield result(task, "error", GARBLED)
+
+    def _kill(self) -> None:
+        """Kill the worker's process group (the worker, its guard, anything a task started); every
+        wait is bounded."""
+        if self._proc is None:
+            return
+        if self._proc.pid is not None:
+            try:
+                os.killpg(self._proc.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+        if self._proc.is_alive():
+            self._proc.kill()
+        self._proc.join(5)
+        self._lifeline.close()
+        self._conn.close()
+
+    def close(self) -> None:
+        if self._proc is not None and self._proc.is_alive():
+            try:
+                self._conn.send(None)
+                self._proc.join(10)
+            except OSError:
+                pass
+        self._kill()
+
+
+# What a result channel gives when something in the task wrote to its descriptor.
+_GARBLED = (pickle.UnpicklingError, ValueError, TypeError, AttributeError, ImportError, IndexError, KeyError, MemoryError)
+GARBLED = "the worker's result channel was written to by the task itself (a stray write to an inherited descriptor)"
+
+
+class _Worker:
+    """A worker process, as the session uses it."""
+
+    def __init__(self, proc: subprocess.Popen):
+        self.proc = proc
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    @property
+    def exitcode(self):
+        return self.proc.returncode
+
+    def is_alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def kill(self) -> None:
+        with contextlib.suppress(OSError):
+            self.proc.kill()
+
+    def join(self, timeout: float) -> None:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.proc.wait(timeout)
+
+
+class _Channel:
+    """Tasks go out on one pipe, results come back on another (read by _receive)."""
+
+    def __init__(self, tasks, results_fd: int):
+        self.tasks, self.results_fd = tasks, results_fd
+
+    def send(self, obj) -> None:
+        self.tasks.send(obj)
+
+    def fileno(self) -> int:
+        return self.results_fd
+
+    def close(self) -> None:
+        self.tasks.close()
+        with contextlib.suppress(OSError):
+            os.close(self.results_fd)
+
+
+class _Fd:
+    def __init__(self, fd: int):
+        self.fd = fd
+
+    def close(self) -> None:
+        if self.fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(self.fd)
+            self.fd = None
+
+
+_TIMED_OUT = object()
+MAX_MESSAGE = 256 << 20  # a result is a row of metrics and samples, far below this
+
+
+def _receive(conn, timeout: float):
+    """One message from the worker within `timeout` seconds (the whole message, not only its start),
+    or _TIMED_OUT. The framing is multiprocessing's (a 4-byte big-endian length, or -1 and 8 bytes),
+    read here with a deadline and a size bound, so bytes a task wrote into the pipe cannot make this
+    wait for ever or allocate without limit: they fail to unpickle (a _GARBLED exception)."""
+    deadline = time.monotonic() + timeout
+    fd = conn.fileno()
+
+    def read(n: int) -> bytes | object:
+        chunks = []
+        while n:
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([fd], [], [], left)[0]:
+                return _TIMED_OUT
+            chunk = os.read(fd, min(n, 1 << 20))
+            if not chunk:
+                raise EOFError
+            chunks.append(chunk)
+            n -= len(chunk)
+        return b"".join(chunks)
+
+    head = read(4)
+    if head is _TIMED_OUT:
+        return head
+    (size,) = struct.unpack("!i", head)
+    if size == -1:
+        head = read(8)
+        if head is _TIMED_OUT:
+            return head
+        (size,) = struct.unpack("!Q", head)
+    if not 0 <= size <= MAX_MESSAGE:
+        raise pickle.UnpicklingError(f"a message of {size} bytes")
+    data = read(size)
+    return data if data is _TIMED_OUT else pickle.loads(data)
+
+
+def _exit_reason(code) -> str:
+    if code is None:
+        return "lost contact"
+    if code < 0:
+        import signal
+
+        try:
+            name = signal.Signals(-code).name
+        except ValueError:
+            return f"signal {-code}"
+        return name + (" (out of memory?)" if name == "SIGKILL" else "")
+    return f"exit code {code}"
+
+
+def worker_env(devices: int | None = None) -> dict:
+    env = {"JAX_PLATFORMS": os.environ.get("JAX_PLATFORMS", "")}
+    if devices:
+        env["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + f" --xla_force_host_platform_device_count={devices}").strip()
+    return env

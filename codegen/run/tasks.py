@@ -1,0 +1,61 @@
+"""The task protocol between the `kspec` process and its workers: what a task asks for, and the
+result row it answers with (the JSON fields docs/verify.md documents). Both sides import this
+module; neither imports the other.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+STATUSES = ("pass", "fail", "error", "skip")
+# mosaic_tpu off a TPU runs in TPU interpret mode under this many schedules per task
+# (seed x DMA mode x cores; codegen/multicore.py): the four combinations of DMA mode and cores.
+DEFAULT_SCHEDULES = 4
+
+
+@dataclasses.dataclass(frozen=True)
+class Task:
+    spec_path: str
+    kernel: str
+    backend: str
+    case: str
+    case_index: int
+    dtypes: tuple  # ((operand, dtype), ...), inputs first
+    dtype_label: str  # the inputs' dtypes, for reports
+    seed: int
+    mode: str  # "run" | "lower" | "grad" | "lower-grad" | "bench" | "sharded" | "tune"
+    out_root: str
+    suite: str = "cases"  # which list case_index points into: "cases" or "bench"
+    params: tuple = ()  # ((param, value), ...) overriding the case's params (tune)
+    samples: int = 0  # bench: timed samples
+    ceilings: tuple = ()  # bench: measured (bandwidth GB/s, bf16 TFLOP/s) to use as the roofline
+    configs: tuple = ()  # tune: the configs to compile, verify and time, each ((param, value), ...)
+    devices: int = 0  # sharded: the mesh is built from this many devices
+    schedules: int = DEFAULT_SCHEDULES  # run, mosaic_tpu in TPU interpret mode: schedules to run
+    sustained: bool = False  # tune: time each config in alternation with the reference, under load
+
+    @property
+    def label(self) -> str:
+        grad = " (grad)" if self.mode in ("grad", "lower-grad") else ""
+        return f"{self.kernel}[{self.backend}] {self.case} {self.dtype_label}{grad}"
+
+
+def result(task: Task, status: str, message: str = "", **metrics) -> dict:
+    out = {
+        "kernel": task.kernel,
+        "backend": task.backend,
+        "case": task.case,
+        "dtype": task.dtype_label,
+        "mode": task.mode,
+        "seed": task.seed,
+        "status": status,
+        "max_abs_err": None,
+        "max_rel_err": None,
+        "rel_err": None,
+        "frac_within_tol": None,
+        "tolerance": None,
+        "seconds": None,
+        "message": message,
+    }
+    out.update(metrics)
+    return out
