@@ -1,6 +1,6 @@
 """`kspec bench`: plan bench tasks and write the reports (markdown, JSON, PNG plot).
 
-Timing itself happens in the worker (codegen/benchrun.py); this side only plans
+Timing itself happens in the worker (codegen/run/bench.py); this side only plans
 and formats, so it does not import jax.
 """
 

@@ -1,7 +1,7 @@
 """Checks of the `sharding:` section (E8xx): axis names, partition specs against their
 operands, outputs against reductions, and, per case, that the split dims divide evenly and
 that the per-shard problem (dims divided by their mesh axes) passes the block, grid and
-backend rules. The section's model is codegen/sharding_model.py.
+backend rules. The section's model is codegen/spec/sharding.py.
 
 An axis sized by the device count (`devices`) has no size until a run knows how many
 devices there are: `kspec verify --devices N` calls `case_checks` with the sizes then.

@@ -3,7 +3,7 @@
 `check(spec, linked)` reports E421 to E425 and E427 to E429: names, the binding of each
 backward kernel's inputs, params and outputs, and, per case and dtype, that the backward
 kernels take the shapes and dtypes the forward pass gives them and give back gradients
-shaped like the inputs. The section's model is codegen/vjp_model.py.
+shaped like the inputs. The section's model is codegen/spec/vjp.py.
 The backward specs are other files: `pipeline` loads and checks them (E420 when one
 cannot be used, E426 for a cycle) and passes the valid ones here as `linked`.
 """

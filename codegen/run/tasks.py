@@ -9,7 +9,7 @@ import dataclasses
 
 STATUSES = ("pass", "fail", "error", "skip")
 # mosaic_tpu off a TPU runs in TPU interpret mode under this many schedules per task
-# (seed x DMA mode x cores; codegen/multicore.py): the four combinations of DMA mode and cores.
+# (seed x DMA mode x cores; codegen/run/multicore.py): the four combinations of DMA mode and cores.
 DEFAULT_SCHEDULES = 4
 
 

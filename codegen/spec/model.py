@@ -277,13 +277,13 @@ class KernelSpec:
     bench: tuple = ()  # of Case: large shapes for bench and tune
     cost: Cost | None = None
     kernel_sha: str = ""  # hash of what decides the generated code (see tuning.kernel_sha)
-    sharding: _sharding.Sharding | None = None  # the `sharding:` section (codegen/sharding_model.py)
+    sharding: _sharding.Sharding | None = None  # the `sharding:` section (codegen/spec/sharding.py)
     aliases: Mapping[str, str] = dataclasses.field(default_factory=dict)  # output -> input it overwrites
     aliases_loc: Location | None = None
     call: CallOptions = CallOptions()
     kind: str = "pallas_call"  # or "mesh"
     kind_loc: Location | None = None
-    vjp: _vjp.Vjp | None = None  # the `vjp:` section (codegen/vjp_model.py)
+    vjp: _vjp.Vjp | None = None  # the `vjp:` section (codegen/spec/vjp.py)
     competitors: tuple = ()  # of Competitor
 
     @property

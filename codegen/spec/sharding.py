@@ -1,7 +1,7 @@
 """The `sharding:` section as a frozen `Sharding`: the kernel on a device mesh, wrapped in jax.shard_map.
 
 `build(doc)` turns the schema-valid section into the model; its checks (E8xx) are in
-codegen/sharding.py. An axis sized by the device count (`devices`) has no size until a
+codegen/checks/sharding.py. An axis sized by the device count (`devices`) has no size until a
 run knows how many devices there are.
 """
 

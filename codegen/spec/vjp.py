@@ -1,7 +1,7 @@
 """The `vjp:` section as a frozen `Vjp`: the kernel's gradient, computed by backward kernels that are specs.
 
 `build(doc)` turns the schema-valid section into the model; its checks (E420 to E429)
-are in codegen/vjp.py.
+are in codegen/checks/vjp.py.
 """
 
 from __future__ import annotations
