@@ -67,9 +67,9 @@ def grad(task, prep, module, interpret, start: float) -> dict:
     grads = jax.block_until_ready(pullback(_like(outs, cotangents)))
     seconds = round(time.monotonic() - start, 3)
     ref = functools.partial(prep.ref_fn, **prep.ref_params)
-    upcast = [upcast(x) for x in prep.inputs]
+    wide = [upcast(x) for x in prep.inputs]
     with jax.default_matmul_precision("highest"):
-        ref_outs, ref_pullback = jax.vjp(_on(ref, upcast, wrt), *[upcast[i] for i in wrt])
+        ref_outs, ref_pullback = jax.vjp(_on(ref, wide, wrt), *[wide[i] for i in wrt])
         ref_grads = ref_pullback(_like(ref_outs, [c if c.dtype == jax.dtypes.float0 else upcast(c) for c in cotangents]))
     tol = dt.tolerance(list(prep.dtypes.values()), spec.tolerance, prep.case.tolerance)
     for i, g in zip(wrt, grads):
