@@ -30,7 +30,7 @@ import yaml
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from kspec.codegen.checks import semantic as checks
+from kspec.codegen.checks import instances
 from kspec.codegen import project as pipeline
 from kspec.codegen.emit import writer
 from kspec.codegen.diagnostics import CODES
@@ -52,7 +52,7 @@ def _small_grid_walk(monkeypatch):
 
     The sampling path is what large grids take anyway; test_bounds.py checks the real limit.
     """
-    monkeypatch.setattr(checks, "MAX_GRID_POINTS", 1 << 10)
+    monkeypatch.setattr(instances, "MAX_GRID_POINTS", 1 << 10)
 
 
 # -- the property -----------------------------------------------------------------
