@@ -5,16 +5,14 @@ from __future__ import annotations
 
 import itertools
 import json
-import os
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 from kspec.codegen.checks import instances
 from kspec.codegen import project as pipeline
 from kspec.codegen import tune as tn
 from kspec.codegen.backends.devices import peak_for
+from conftest import invoke_kspec
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -47,11 +45,9 @@ backends:
 
 
 def kspec(*args, cwd):
-    proc = subprocess.run(
-        [sys.executable, "-m", "kspec", *map(str, args)],
-        cwd=cwd, capture_output=True, text=True, timeout=600, env=dict(os.environ, PYTHONPATH=str(ROOT)),
-    )
-    return proc.returncode, proc.stdout + proc.stderr
+    """(rc, stdout + stderr) of `kspec *args`, run in this process (the configs run in worker processes)."""
+    r = invoke_kspec(*args, cwd=cwd, timeout=600)
+    return r.rc, r.both
 
 
 def project(tmp_path: Path) -> Path:
