@@ -1,5 +1,15 @@
 """Shared helpers: a tiny valid spec, a tmp_path project, and two ways to run `kspec`.
 
+Where the tests are:
+
+    tests/test_*.py           end to end: the `kspec` command on spec files in a tmp_path project
+                              (check, generate, verify, bench, tune), and the generated packages
+                              run on JAX
+    tests/unit/<package>/     unit tests of one sub-package of kspec.codegen (spec/, emit/,
+                              backends/, checks/, ...): small models built through the real
+                              pipeline functions (loader -> schema -> model), no kspec process
+    tests/planted/            specs with planted bugs that `kspec verify` must catch
+
 Two ways to run `kspec`, both returning Result(rc, out, err):
 
 - in this process (`invoke_kspec`, and the `kspec` fixture): typer's CliRunner over
@@ -220,3 +230,25 @@ def repo_copy(tmp_path):
         shutil.copytree(REPO / "tuning", root / "tuning")
     return root
 
+
+# -- models for the unit tests: through the real stages, no kspec process ---------------------
+
+
+def build_spec(text: str, path: str = "specs/tiny.yaml"):
+    """The KernelSpec of spec `text`: loader -> schema -> model, as `kspec check` builds it (before
+    the semantic checks). Raises SpecError with the diagnostics of a spec those stages refuse."""
+    from kspec.codegen.spec import loader, model, schema
+
+    doc = loader.load_text(text, path)
+    schema.validate(doc)
+    return model.build(doc)
+
+
+def instance(spec, backend: str = "interpret", case: int = 0, dtypes: dict | None = None) -> tuple:
+    """(Instance or None, diagnostics): `spec`'s variant for `backend` evaluated for its case number
+    `case`, with `dtypes` (default: the case's first dtype combination), grid walk included."""
+    from kspec.codegen.checks import instances
+
+    chosen = spec.cases[case]
+    dtypes = dtypes or next(iter(instances.dtype_assignments(spec, chosen)))
+    return instances.instantiate(spec, spec.variants[backend], chosen, dtypes)
