@@ -1,4 +1,26 @@
-"""Shared helpers: a tiny valid spec, and `kspec` run as a user runs it (a subprocess).
+"""Shared helpers: a tiny valid spec, a tmp_path project, and two ways to run `kspec`.
+
+Where the tests are:
+
+    tests/test_*.py           end to end: the `kspec` command on spec files in a tmp_path project
+                              (check, generate, verify, bench, tune), and the generated packages
+                              run on JAX
+    tests/unit/<package>/     unit tests of one sub-package of kspec.codegen (spec/, emit/,
+                              backends/, checks/, ...): small models built through the real
+                              pipeline functions (loader -> schema -> model), no kspec process
+    tests/planted/            specs with planted bugs that `kspec verify` must catch
+
+Two ways to run `kspec`, both returning Result(rc, out, err):
+
+- in this process (`invoke_kspec`, and the `kspec` fixture): typer's CliRunner over
+  kspec.cli.app, in the given working directory, stdout and stderr captured apart. No
+  interpreter start-up, so use it unless a process boundary is what the test is about.
+  An exception that escapes the CLI fails the test with its traceback (the console entry
+  point would turn it into exit 3). `kspec verify`, `bench` and `tune` still run their
+  kernels in worker processes, as they do for a user.
+- in a subprocess (`run_kspec`): `python -m kspec`, as a user runs it. For the exit codes
+  of the real entry point, signals, timeouts, processes killed or run side by side, worker
+  processes that die, `python -m kspec` itself, the environment, stdin.
 
 Every test that runs `kspec` does so in its own tmp_path, with the spec under
 tmp_path/specs/, so nothing in the repository is read or written, and a spec that
@@ -7,14 +29,21 @@ managed to run code (it must not) would leave its MARKER file there.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import logging
+import multiprocessing
 import os
 import shutil
+import signal
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import pytest
+
+from kspec.codegen import project
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -70,9 +99,18 @@ class Result:
     def both(self) -> str:
         return self.out + self.err
 
+    def __iter__(self):
+        """`rc, out, err = kspec(...)`."""
+        return iter((self.rc, self.out, self.err))
+
+
+# What a terminal-less user's environment holds for kspec: no colours, a wide terminal.
+CLI_ENV = {"NO_COLOR": "1", "COLUMNS": "200"}
+
 
 def run_kspec(*args: str, cwd: Path, timeout: float = 60) -> Result:
-    env = dict(os.environ, PYTHONPATH=str(REPO), NO_COLOR="1", COLUMNS="200")
+    """`python -m kspec *args` in a subprocess, in `cwd`."""
+    env = dict(os.environ, PYTHONPATH=str(REPO), **CLI_ENV)
     proc = subprocess.run(
         [*KSPEC, *map(str, args)],
         cwd=cwd,
@@ -84,12 +122,91 @@ def run_kspec(*args: str, cwd: Path, timeout: float = 60) -> Result:
     return Result(proc.returncode, decode(proc.stdout), decode(proc.stderr))
 
 
+class KspecTimeout(Exception):
+    """An in-process run took longer than its timeout."""
+
+
+@contextlib.contextmanager
+def _deadline(seconds: float):
+    """Raise KspecTimeout in the run after `seconds` (a subprocess run's timeout kills it instead)."""
+
+    def expire(signum, frame):
+        raise KspecTimeout(f"kspec did not finish in {seconds:g} s")
+
+    previous = signal.signal(signal.SIGALRM, expire)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+@contextlib.contextmanager
+def _process_state():
+    """Put back the process-wide state a run could change, whatever it did: the environment,
+    sys.path, the umask, the warnings filters, the root logger, the handlers of the signals a
+    CLI may take over; and stop worker processes a run left behind (a leak: the test fails).
+
+    The CLI keeps three lru_caches (spec/schema.py: the schema and its validator; emit/render.py:
+    the Jinja environment). They hold package data that no run changes, so they stay warm
+    from run to run, as they would in a long-lived process; everything a run reads from its
+    project (specs, generated/, tuning/) is read afresh each time."""
+    environ, path, mask = dict(os.environ), list(sys.path), os.umask(0o022)
+    os.umask(mask)
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    signals = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGCHLD)}
+    children = set(multiprocessing.active_children())
+    try:
+        with warnings.catch_warnings():
+            yield
+    finally:
+        for key in os.environ.keys() - environ.keys():  # only what changed: jax's threads may be reading it
+            del os.environ[key]
+        for key, value in environ.items():
+            if os.environ.get(key) != value:
+                os.environ[key] = value
+        sys.path[:] = path
+        os.umask(mask)
+        project._current.clear()  # the project the run found, for the next run (or test) to find its own
+        root.handlers[:], root.level = handlers, level
+        for s, handler in signals.items():
+            signal.signal(s, handler)
+        left = [p for p in multiprocessing.active_children() if p not in children]
+        for p in left:
+            p.kill()
+            p.join(5)
+    assert not left, f"kspec left {len(left)} worker process(es) running"
+
+
+def _runner():
+    from typer.testing import CliRunner
+
+    try:
+        return CliRunner(mix_stderr=False)  # click < 8.2: stderr apart only when asked
+    except TypeError:
+        return CliRunner()  # typer's own runner and click >= 8.2 keep them apart
+
+
+def invoke_kspec(*args, cwd: Path, timeout: float = 60) -> Result:
+    """`kspec *args` in this process, in `cwd`: as run_kspec, without starting an interpreter.
+
+    An exception that escapes the CLI propagates (the test fails with its traceback)."""
+    from kspec import cli
+
+    with _process_state(), contextlib.chdir(cwd), _deadline(timeout):
+        r = _runner().invoke(cli.app, [str(a) for a in args], env=CLI_ENV, catch_exceptions=False,
+                             prog_name="python -m kspec")
+    return Result(r.exit_code, r.stdout, r.stderr)
+
+
 @pytest.fixture
 def kspec(tmp_path):
-    """kspec("check", "specs/x.yaml") -> Result, run with tmp_path as the cwd."""
+    """kspec("check", "specs/x.yaml") -> Result, run in this process with tmp_path as the cwd."""
 
     def run(*args, cwd: Path | None = None, timeout: float = 60) -> Result:
-        return run_kspec(*args, cwd=cwd or tmp_path, timeout=timeout)
+        return invoke_kspec(*args, cwd=cwd or tmp_path, timeout=timeout)
 
     return run
 
@@ -121,3 +238,26 @@ def repo_copy(tmp_path):
         shutil.copytree(REPO / "tuning", root / "tuning")
     (root / "kspec.toml").write_text(LIBRARY_CONFIG)  # the repository's [tool.kspec]: the import path
     return root
+
+
+# -- models for the unit tests: through the real stages, no kspec process ---------------------
+
+
+def build_spec(text: str, path: str = "specs/tiny.yaml"):
+    """The KernelSpec of spec `text`: loader -> schema -> model, as `kspec check` builds it (before
+    the semantic checks). Raises SpecError with the diagnostics of a spec those stages refuse."""
+    from kspec.codegen.spec import loader, model, schema
+
+    doc = loader.load_text(text, path)
+    schema.validate(doc)
+    return model.build(doc)
+
+
+def instance(spec, backend: str = "interpret", case: int = 0, dtypes: dict | None = None) -> tuple:
+    """(Instance or None, diagnostics): `spec`'s variant for `backend` evaluated for its case number
+    `case`, with `dtypes` (default: the case's first dtype combination), grid walk included."""
+    from kspec.codegen.checks import instances
+
+    chosen = spec.cases[case]
+    dtypes = dtypes or next(iter(instances.dtype_assignments(spec, chosen)))
+    return instances.instantiate(spec, spec.variants[backend], chosen, dtypes)

@@ -1,5 +1,6 @@
 """`kspec bench`: a timed row's figures hang together, and memory-bound rows carry a copy of
-as many bytes timed in the same rounds (the ceiling they are judged against)."""
+as many bytes timed in the same rounds (the ceiling they are judged against). The statistics
+behind the figures: tests/unit/run/test_timing.py; the table's rows: tests/unit/bench/test_report.py."""
 
 from __future__ import annotations
 
@@ -9,10 +10,6 @@ from pathlib import Path
 
 import pytest
 from test_verify import ROOT, kspec, project
-
-from kspec.codegen.run import bench as benchrun
-from kspec.codegen.run import timing
-from kspec.codegen.backends.devices import peak_for
 
 
 def test_bench_row_times_kernel_reference_and_copy_in_one_run(tmp_path):
@@ -52,69 +49,6 @@ def test_bench_row_times_kernel_reference_and_copy_in_one_run(tmp_path):
     assert f"| {row['copy_pct']:.0f} |" in line
     ci = row["speedup_ci95"]
     assert f"| {row['speedup']:.3f}x ({ci[0]:.3f}-{ci[1]:.3f}) |" in line
-
-
-def test_median_interval_takes_the_binomial_ranks():
-    # The 95% interval for a median of n values runs between the order statistics that the
-    # binomial tables give: ranks 4 and 12 of 15, 40 and 61 of 100; below 6 values, the range.
-    values = [float(v) for v in range(1, 16)]
-    assert timing.median_ci(values[::-1]) == (8.0, 4.0, 12.0)
-    assert timing.median_ci([float(v) for v in range(100, 0, -1)]) == (50.5, 40.0, 61.0)
-    assert timing.median_ci([3.0, 1.0, 2.0, 5.0, 4.0]) == (3.0, 1.0, 5.0)
-    assert timing.median_ci([1.0, 2.0, 3.0, 4.0, 5.0, 6.0]) == (3.5, 1.0, 6.0)
-    assert timing.median_ci([1.0, 2.0, 3.0, 4.0, 5.0, 6.0], level=0.5) == (3.5, 2.0, 5.0)
-
-
-def test_paired_ratios_cancel_a_clock_swing_that_the_medians_keep():
-    # The reference is 1.10x slower than the kernel in every round but one, while the clock
-    # halves the speed of both in the last two rounds. Round by round the ratio is 1.10 but for
-    # the one slow kernel sample; the kernel's median falls on that sample, so the ratio of the
-    # two medians says 0.58x.
-    clock = [1.0, 1.0, 1.0, 2.0, 2.0]
-    reference = [1.1 * c for c in clock]
-    kernel = [1.0, 1.0, 1.9, 2.0, 2.0]
-    ratios = timing.paired(reference, kernel)
-    assert ratios == pytest.approx([1.1, 1.1, 1.1 / 1.9, 1.1, 1.1])
-    assert timing.median_ci(ratios)[0] == pytest.approx(1.1)
-    assert statistics.median(reference) / statistics.median(kernel) == pytest.approx(1.1 / 1.9)
-    with pytest.raises(ValueError):
-        timing.paired([1.0, 2.0], [1.0])
-
-
-def test_roofline_bound_decides_whether_a_copy_is_timed_alongside():
-    h200 = peak_for("NVIDIA H200")
-    mm = 2 * 8192**3, 3 * 8192 * 8192 * 2  # bf16 matmul: flops, bytes
-    norm = 8 * 8192 * 8192, 2 * 8192 * 8192 * 4  # f32 layer norm
-    assert benchrun._bound(h200, "bfloat16", *mm) == "compute"
-    assert benchrun._bound(h200, "float32", *norm) == "memory"
-    assert benchrun._bound(h200, "float32", None, 1 << 20) == "memory"
-    assert benchrun._bound(None, "float32", *norm) is None
-
-
-def test_untimed_row_keeps_the_columns_and_shows_why():
-    from kspec.codegen import bench
-
-    r = {"kernel": "add", "backend": "triton", "case": "small", "dtype": "float32", "status": "fail",
-         "message": "not timed, wrong result: 3 of 8 elements differ\nmore"}
-    line = bench.row(r)
-    assert len(line) == len(bench.COLUMNS)
-    assert line[4] == "fail" and line[-1] == "not timed, wrong result: 3 of 8 elements differ"
-    assert set(line[5:-1]) == {""}
-
-
-def test_a_floor_inside_the_interval_reads_as_neither_met_nor_failed():
-    # H100 call j3: 1.167x (1.153-1.207) against a floor of 1.2 passed (the interval reaches it) but read
-    # `>= min 1.2`; the median under the floor now reads `~`.
-    from kspec.codegen import bench
-
-    r = {"kernel": "mm", "backend": "mosaic_gpu", "case": "mlp2048", "dtype": "bfloat16", "status": "pass",
-         "message": "", "ms": 0.944, "ms_p10": 0.872, "ms_p90": 0.968, "ref_ms": 1.093, "speedup": 1.167,
-         "speedup_ci95": [1.153, 1.207], "tflops": 584.1, "gbs": 391, "roofline_pct": 59, "ref_roofline_pct": 51,
-         "copy_pct": None, "compile_s": 0.95, "params": {}, "min_speedup": 1.2}
-    column = bench.COLUMNS.index("speedup (95% CI)")
-    assert bench.row(r)[column] == "1.167x (1.153-1.207) ~ min 1.2"
-    assert bench.row(dict(r, speedup=1.2))[column] == "1.200x (1.153-1.207) >= min 1.2"
-    assert bench.row(dict(r, status="fail", speedup_ci95=[1.1, 1.19]))[column] == "1.167x (1.100-1.190) < min 1.2"
 
 
 def add_project(tmp_path: Path, bench: str, competitors: str = "") -> Path:

@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from kspec.codegen import project as pipeline
-from conftest import KSPEC, REPO
+from conftest import KSPEC, REPO, invoke_kspec
 
 SPECS = ("add.yaml", "add_1d.yaml", "softmax.yaml", "softmax_dx.yaml")  # quick to check, 30-odd files to write
 
@@ -97,18 +97,18 @@ def test_generate_killed_at_random_moments_leaves_whole_files(project, kills):
     print(f"\n{kills} kills: {outcomes}")
     assert outcomes["killed"], outcomes
     # a complete run after all that converges, and sweeps the killed runs' temporary files
-    assert _generate(project).wait(timeout=120) == 0
+    assert invoke_kspec("generate", cwd=project, timeout=120).rc == 0
     assert set(_assert_each_file_whole(expected)) == {kills % 2}
     assert not [p for p in (project / "generated").rglob("*.tmp")]
-    r = subprocess.run([*KSPEC, "generate", "--check"], cwd=project, env=_env(), capture_output=True, text=True)
-    assert r.returncode == 0, r.stdout
+    r = invoke_kspec("generate", "--check", cwd=project)
+    assert r.rc == 0, r.out
 
 
 @pytest.mark.parametrize("runs", [4])
 def test_concurrent_generates_do_not_corrupt_output(project, runs):
     expected = _expected(project)
     _set_version(project, 0)
-    assert _generate(project).wait(timeout=120) == 0
+    assert invoke_kspec("generate", cwd=project, timeout=120).rc == 0
     _set_version(project, 1)
     procs = [_generate(project) for _ in range(runs)]
     assert [p.wait(timeout=180) for p in procs] == [0] * runs
@@ -132,10 +132,10 @@ def test_concurrent_generates_into_an_empty_folder(project):
 def test_leftover_temporary_files_are_swept(project):
     """What a SIGKILL between mkstemp and rename leaves behind is removed by the next write."""
     _set_version(project, 0)
-    assert _generate(project).wait(timeout=120) == 0
+    assert invoke_kspec("generate", cwd=project, timeout=120).rc == 0
     kernel = project / "generated" / "add"
     orphan = kernel / ".interpret.py.abc123.tmp"
     orphan.write_text("half a fi")
     _set_version(project, 1)
-    assert _generate(project).wait(timeout=120) == 0
+    assert invoke_kspec("generate", cwd=project, timeout=120).rc == 0
     assert not orphan.exists()

@@ -1,7 +1,8 @@
 """One test per diagnostic code: a tiny bad spec and the exact text `kspec check` prints.
 
-Output is piped here, so there is no quoted line or caret: each diagnostic is its
-`path:line:col: error[CODE]: message` header and, if it has one, its `= help:` line.
+Output is piped here, so there is no quoted line or caret (tests/unit/diagnostics/ formats
+those): each diagnostic is its `path:line:col: error[CODE]: message` header and, if it has
+one, its `= help:` line.
 A new code in codegen.diagnostics.CODES fails test_every_code_has_a_case until it
 gets a spec and a pinned text below.
 """
@@ -14,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from kspec.codegen.backends import BACKENDS
-from kspec.codegen.diagnostics import CODES, Diagnostic, Location
+from kspec.codegen.diagnostics import CODES
 from kspec.codegen.spec.schema import schema
 from conftest import VALID_SPEC, mutate
 
@@ -448,25 +449,6 @@ def test_errors_in_several_files_are_all_reported(kspec, write_spec):
     assert "specs/a.yaml:7:26: error[E401]:" in r.out
     assert "specs/b.yaml:3:1: error[E201]:" in r.out
     assert r.out.splitlines()[-1] == "2 error(s) in 2 of 3 spec(s)"
-
-
-def test_terminal_format_quotes_the_line_with_a_caret():
-    d = Diagnostic("E401", "x: unknown dtype `float31`", Location("specs/bad.yaml", 2, 7), "did you mean `float32`?")
-    lines = ["inputs:", "  x: {float31}"]
-    assert d.format(lines) == (
-        "specs/bad.yaml:2:7: error[E401]: x: unknown dtype `float31`\n"
-        "   2 |   x: {float31}\n"
-        "             ^\n"
-        "  = help: did you mean `float32`?"
-    )
-    assert d.format() == (
-        "specs/bad.yaml:2:7: error[E401]: x: unknown dtype `float31`\n  = help: did you mean `float32`?"
-    )
-
-
-def test_unregistered_code_is_refused():
-    with pytest.raises(ValueError, match="E999"):
-        Diagnostic("E999", "nope", Location("x"))
 
 
 def test_schema_backends_are_the_backends_table():

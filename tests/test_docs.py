@@ -9,11 +9,10 @@
 from __future__ import annotations
 
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 from kspec.codegen.diagnostics import CODES
+from conftest import invoke_kspec
 
 ROOT = Path(__file__).resolve().parent.parent
 README = (ROOT / "README.md").read_text(encoding="utf-8")
@@ -29,10 +28,9 @@ def test_diagnostics_page_lists_exactly_the_codes():
 
 
 def _help_commands() -> set:
-    out = subprocess.run(
-        [sys.executable, "-m", "kspec", "--help"],
-        cwd=ROOT, capture_output=True, text=True, check=True,
-    ).stdout
+    r = invoke_kspec("--help", cwd=ROOT)
+    assert r.rc == 0, r.both
+    out = r.out
     section = out.split("Commands:", 1)[1]
     return set(re.findall(r"^  ([a-z][a-z-]*)\s", section, re.M))
 

@@ -15,7 +15,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from conftest import REPO, mutate, run_kspec
+from conftest import REPO, invoke_kspec, mutate
 from jax.experimental.pallas import tpu as pltpu
 from test_diagnostics import MESH
 
@@ -143,7 +143,7 @@ def _run_interpreted(tmp_path: Path, name: str, text: str, script: str) -> list:
     Mosaic GPU interpret mode, so the subprocess gets 120 s and a timeout fails the test."""
     (tmp_path / "specs").mkdir()
     (tmp_path / "specs" / f"{name}.yaml").write_text(text)
-    r = run_kspec("generate", cwd=tmp_path)
+    r = invoke_kspec("generate", cwd=tmp_path)
     assert r.rc == 0, r.both
     env = dict(os.environ, PYTHONPATH=f"{tmp_path}{os.pathsep}{REPO}")
     try:
@@ -322,7 +322,7 @@ def test_tune_prunes_mesh_configs_over_the_shared_memory_budget():
 def _check(text: str, tmp_path: Path):
     (tmp_path / "specs").mkdir(exist_ok=True)
     (tmp_path / "specs" / "bad.yaml").write_text(text)
-    return run_kspec("check", "specs/bad.yaml", cwd=tmp_path)
+    return invoke_kspec("check", "specs/bad.yaml", cwd=tmp_path)
 
 
 def test_pipeline_blocks_are_checked_like_block_specs(tmp_path):
@@ -354,10 +354,10 @@ def test_verify_runs_mesh_kernels_and_catches_cores_that_overlap(tmp_path):
     bad = mutate(good, ("name: rms_norm_cores", "name: rms_norm_overlap"),
                  ("mine = pl.ds(core * share, share)", "mine = pl.ds(0, share)"))
     (tmp_path / "specs" / "rms_norm_overlap.yaml").write_text(bad)
-    r = run_kspec("generate", cwd=tmp_path)
+    r = invoke_kspec("generate", cwd=tmp_path)
     assert r.rc == 0, r.both
     report = tmp_path / "verify.json"
-    r = run_kspec("verify", "--case", "wide", "--json", str(report), cwd=tmp_path, timeout=300)
+    r = invoke_kspec("verify", "--case", "wide", "--json", str(report), cwd=tmp_path, timeout=300)
     assert r.rc == 1, r.both
     rows = {(x["kernel"], x["status"]) for x in json.loads(report.read_text())["results"]}
     assert rows == {("rms_norm_cores", "pass"), ("rms_norm_overlap", "fail")}

@@ -345,10 +345,10 @@ def test_generated_functions_work_under_jit_and_vmap(generated, kernel, shapes):
 
 
 def test_shipped_surface_specs_verify_and_lower(tmp_path):
-    from conftest import run_kspec
+    from conftest import invoke_kspec
 
     report = tmp_path / "verify.json"
-    r = run_kspec("verify", *SURFACE_SPECS, "--seed", "3", "--json", str(report), cwd=ROOT, timeout=300)
+    r = invoke_kspec("verify", *SURFACE_SPECS, "--seed", "3", "--json", str(report), cwd=ROOT, timeout=300)
     assert r.rc == 0, r.both[-3000:]
     rows = json.loads(report.read_text())["results"]
     ran = {(x["kernel"], x["backend"]) for x in rows if x["status"] == "pass"}
@@ -357,5 +357,5 @@ def test_shipped_surface_specs_verify_and_lower(tmp_path):
     # mosaic_tpu ran under the default multi-core sweep: both DMA modes, 1 and 2 cores, bitwise alike
     sweeps = {tuple((s["dma_execution_mode"], s["cores"]) for s in x["schedules"]) for x in rows if x["backend"] == "mosaic_tpu"}
     assert sweeps == {(("on_wait", 2), ("eager", 1), ("eager", 2), ("on_wait", 1))}
-    r = run_kspec("verify", "--lower", *SURFACE_SPECS, "--seed", "3", cwd=ROOT, timeout=300)
+    r = invoke_kspec("verify", "--lower", *SURFACE_SPECS, "--seed", "3", cwd=ROOT, timeout=300)
     assert r.rc == 0, r.both[-3000:]

@@ -21,7 +21,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from conftest import REPO, run_kspec
+from conftest import REPO, invoke_kspec
 from jax.experimental.pallas import tpu as pltpu
 
 PLANTED = Path(__file__).resolve().parent / "planted"
@@ -89,7 +89,7 @@ def _results(path: Path) -> list:
 
 def test_verify_shows_forward_and_grad_rows(tmp_path):
     report = tmp_path / "r.json"
-    r = run_kspec("verify", "specs/layer_norm.yaml", "--case", "ragged", "--seed", "4", "--json", report,
+    r = invoke_kspec("verify", "specs/layer_norm.yaml", "--case", "ragged", "--seed", "4", "--json", report,
                   cwd=REPO, timeout=600)
     assert r.rc == 0, r.both[-3000:]
     rows = {(x["kernel"], x["backend"], x["mode"]): x["status"] for x in _results(report)}
@@ -99,7 +99,7 @@ def test_verify_shows_forward_and_grad_rows(tmp_path):
         assert rows[("layer_norm_dx", backend, "run")] == rows[("layer_norm_dparams", backend, "run")] == "pass"
     assert rows[("layer_norm", "triton", "grad")] == "skip"
     assert re.search(r"^layer_norm +interpret +grad +ragged +float32 +pass ", r.out, re.MULTILINE)
-    r = run_kspec("verify", "--lower", "specs/layer_norm.yaml", "--case", "ragged", "--json", report, cwd=REPO,
+    r = invoke_kspec("verify", "--lower", "specs/layer_norm.yaml", "--case", "ragged", "--json", report, cwd=REPO,
                   timeout=600)
     assert r.rc == 0, r.both[-3000:]
     lowered = {(x["kernel"], x["backend"]) for x in _results(report) if x["mode"] == "lower-grad"
@@ -115,7 +115,7 @@ def _project(tmp_path: Path, specs: dict) -> Path:
             shutil.copy(text, tmp_path / "specs" / f"{name}.yaml")
         else:
             (tmp_path / "specs" / f"{name}.yaml").write_text(textwrap.dedent(text))
-    r = run_kspec("generate", cwd=tmp_path)
+    r = invoke_kspec("generate", cwd=tmp_path)
     assert r.rc == 0, r.both
     return tmp_path
 
@@ -123,7 +123,7 @@ def _project(tmp_path: Path, specs: dict) -> Path:
 def test_a_wrong_backward_kernel_fails_verify_naming_the_input(tmp_path):
     proj = _project(tmp_path, {n: PLANTED / f"{n}.yaml" for n in ("wrong_grad", "wrong_grad_dx")})
     report = tmp_path / "r.json"
-    r = run_kspec("verify", "--seed", "3", "--json", report, cwd=proj, timeout=600)
+    r = invoke_kspec("verify", "--seed", "3", "--json", report, cwd=proj, timeout=600)
     assert r.rc == 1, r.both
     rows = _results(report)
     failed = {(x["kernel"], x["backend"], x["mode"]) for x in rows if x["status"] == "fail"}
@@ -207,11 +207,11 @@ def _python(proj: Path, source: str) -> str:
 def test_every_part_of_the_section_verifies_and_differentiates(tmp_path):
     proj = _project(tmp_path, {"mixed": MIXED, "mixed_bwd": MIXED_BWD})
     report = tmp_path / "r.json"
-    r = run_kspec("verify", "--seed", "5", "--json", report, cwd=proj, timeout=600)
+    r = invoke_kspec("verify", "--seed", "5", "--json", report, cwd=proj, timeout=600)
     assert r.rc == 0, r.both[-3000:]
     modes = {(x["kernel"], x["backend"], x["mode"]) for x in _results(report) if x["status"] == "pass"}
     assert {("mixed", b, m) for b in ("interpret", "mosaic_tpu") for m in ("run", "grad")} <= modes
-    r = run_kspec("verify", "--lower", "--json", report, cwd=proj, timeout=600)
+    r = invoke_kspec("verify", "--lower", "--json", report, cwd=proj, timeout=600)
     assert r.rc == 0, r.both[-3000:]
     out = _python(proj, """
         import jax, jax.numpy as jnp
@@ -253,7 +253,7 @@ def test_second_derivatives_through_a_backward_kernel_with_its_own_vjp(tmp_path)
     }
     proj = _project(tmp_path, specs)
     report = tmp_path / "r.json"
-    r = run_kspec("verify", "--seed", "6", "--json", report, cwd=proj, timeout=600)
+    r = invoke_kspec("verify", "--seed", "6", "--json", report, cwd=proj, timeout=600)
     assert r.rc == 0, r.both[-3000:]
     assert {x["kernel"] for x in _results(report) if x["mode"] == "grad"} == {"sq", "sq_dx"}
     out = _python(proj, """
@@ -275,7 +275,7 @@ def test_a_cycle_of_backward_specs_is_refused(tmp_path):
     for name, text in specs.items():
         (tmp_path / "specs").mkdir(exist_ok=True)
         (tmp_path / "specs" / f"{name}.yaml").write_text(text)
-    r = run_kspec("check", "specs/a.yaml", cwd=tmp_path)
+    r = invoke_kspec("check", "specs/a.yaml", cwd=tmp_path)
     assert r.rc == 2
     assert r.out.splitlines() == [
         "specs/a.yaml:18:13: error[E420]: backward spec `b.yaml` has 1 error(s), reported in that file",
@@ -290,7 +290,7 @@ def test_a_backward_spec_outside_the_folder_is_refused(tmp_path):
     text = _elementwise("a", ["x"], ["o"], "o_ref[...] = x_ref[...]", "return x", _vjp("../b", "x: grad(o)", "o: x", ""))
     (tmp_path / "specs").mkdir()
     (tmp_path / "specs" / "a.yaml").write_text(text)
-    r = run_kspec("check", "specs/a.yaml", cwd=tmp_path)
+    r = invoke_kspec("check", "specs/a.yaml", cwd=tmp_path)
     refusal = ("specs/a.yaml:18:13: error[E200]: vjp.backward.0.spec must be the name of a spec file in this spec's "
                "folder, such as `layer_norm_dx.yaml`")
     assert (r.rc, r.out.splitlines()) == (2, [refusal, "1 error(s) in 1 of 1 spec(s)"])

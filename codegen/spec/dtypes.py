@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 # name -> (itemsize in bytes, kind: b(ool) i(nt) u(nsigned) f(loat) c(omplex)).
-# tests/test_dtypes.py checks every entry against jnp.dtype().
+# tests/unit/spec/test_dtypes.py checks every entry against jnp.dtype().
 DTYPES: dict = {
     "bool": (1, "b"),
     "int4": (1, "i"),
