@@ -8,7 +8,10 @@
 
 from __future__ import annotations
 
+import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 from kspec.codegen.diagnostics import CODES
@@ -62,7 +65,7 @@ def test_ci_runs_the_readme_test_command():
 
 def test_help_shows_each_command_whole():
     out = subprocess.run([sys.executable, "-m", "kspec", "--help"], cwd=ROOT, capture_output=True, text=True,
-                         check=True, env={**__import__("os").environ, "COLUMNS": "80"}).stdout
+                         check=True, env={**os.environ, "COLUMNS": "80"}).stdout
     lines = [ln for ln in out.split("Commands:", 1)[1].split("Examples:", 1)[0].splitlines() if ln.strip()]
     assert len(lines) == len(_help_commands())
     assert [ln for ln in lines if ln.rstrip().endswith(("...", "\u2026")) or not ln.rstrip().endswith(".")] == []

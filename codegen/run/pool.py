@@ -41,7 +41,7 @@ class Session:
         try:
             proc = subprocess.Popen(
                 [sys.executable, "-c", "from kspec.codegen.run import worker; worker.serve()", *map(str, fds)],
-                pass_fds=fds, env=env, stdin=subprocess.DEVNULL, stdout=sys.stderr.fileno(), process_group=0,
+                pass_fds=fds, env=env, stdin=subprocess.DEVNULL, stdout=_stderr_fd(), process_group=0,
             )
         finally:
             for fd in fds:
@@ -132,6 +132,15 @@ class Session:
 # What a result channel gives when something in the task wrote to its descriptor.
 _GARBLED = (pickle.UnpicklingError, ValueError, TypeError, AttributeError, ImportError, IndexError, KeyError, MemoryError)
 GARBLED = "the worker's result channel was written to by the task itself (a stray write to an inherited descriptor)"
+
+
+def _stderr_fd() -> int:
+    """Where the worker's standard output goes: this process's standard error (its file
+    descriptor 2 when sys.stderr is not a file, as under a test's capture)."""
+    try:
+        return sys.stderr.fileno()
+    except (AttributeError, OSError, ValueError):
+        return 2
 
 
 class _Worker:

@@ -8,6 +8,7 @@ import json
 import pytest
 
 from kspec.codegen.spec import tuning
+from kspec.codegen.tune.store import Store
 from conftest import VALID_SPEC, build_spec, mutate
 
 TUNABLE = mutate(VALID_SPEC, ("  bs: 8\n", "  bs: {default: 8, choices: [8, 16, 32]}\n"))
@@ -120,14 +121,14 @@ def test_stale_entries_are_those_of_another_kernel_version():
 
 
 def test_store_appends_and_a_new_store_resumes_from_the_file(tmp_path):
-    store = tuning.Store(tmp_path, "tiny", "NVIDIA H200")
+    store = Store(tmp_path, "tiny", "NVIDIA H200")
     assert store.path == tmp_path / "tiny" / "NVIDIA_H200.json" and store.entries == [] and store.done() == set()
     first, second = entry({"b": 1}, 1.0), entry({"b": 2}, None, status="fail")
     store.append(first)
     store.append(second)
     doc = json.loads(store.path.read_text())
     assert (doc["kernel"], doc["device_kind"], doc["entries"]) == ("tiny", "NVIDIA H200", [first, second])
-    again = tuning.Store(tmp_path, "tiny", "NVIDIA H200")
+    again = Store(tmp_path, "tiny", "NVIDIA H200")
     assert again.entries == [first, second] and again.done() == {tuning.key(first), tuning.key(second)}
     assert tuning.tables(tmp_path, "tiny") == {"NVIDIA H200": [first, second]}
     assert tuning.tables(tmp_path, "other") == {}
