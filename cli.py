@@ -45,7 +45,7 @@ app = typer.Typer(
     rich_markup_mode=None,
 )
 
-PathsArg = typer.Argument(None, help="Spec files or folders (default: the project's specs/).", show_default=False)
+PathsArg = typer.Argument(None, help="Spec files or folders (default: the specs folder).", show_default=False)
 OutOpt = typer.Option(None, "--out", help="The output folder for this run (default: the project's `out`, generated/); it must lie inside the project.", show_default=False)
 
 

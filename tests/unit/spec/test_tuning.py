@@ -123,15 +123,16 @@ def test_stale_entries_are_those_of_another_kernel_version():
 def test_store_appends_and_a_new_store_resumes_from_the_file(tmp_path):
     store = Store(tmp_path, "tiny", "NVIDIA H200")
     assert store.path == tmp_path / "tiny" / "NVIDIA_H200.json" and store.entries == [] and store.done() == set()
-    first, second = entry({"b": 1}, 1.0), entry({"b": 2}, None, status="fail")
+    sha = "5" * 64  # a file is read back only when it is valid against schema/tuning.schema.json
+    first, second = entry({"b": 1}, 1.0, sha=sha), entry({"b": 2}, None, sha=sha, status="fail")
     store.append(first)
     store.append(second)
     doc = json.loads(store.path.read_text())
     assert (doc["kernel"], doc["device_kind"], doc["entries"]) == ("tiny", "NVIDIA H200", [first, second])
     again = Store(tmp_path, "tiny", "NVIDIA H200")
     assert again.entries == [first, second] and again.done() == {tuning.key(first), tuning.key(second)}
-    assert tuning.tables(tmp_path, "tiny") == {"NVIDIA H200": [first, second]}
-    assert tuning.tables(tmp_path, "other") == {}
+    assert tuning.tables(tmp_path, "tiny") == ({"NVIDIA H200": [first, second]}, [])  # (tables, diagnostics)
+    assert tuning.tables(tmp_path, "other") == ({}, [])
 
 
 def test_an_unreadable_table_loads_as_empty(tmp_path):
