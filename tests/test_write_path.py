@@ -148,3 +148,17 @@ def test_file_names_reach_the_terminal_escaped(tmp_path, kspec):
     assert r.rc == 2
     assert r.out.startswith("specs/\\x1b[31mred.yaml:")
     assert "\x1b" not in r.both
+
+
+def test_a_generated_file_that_is_a_fifo_is_drift_and_never_read(generated, kspec):
+    """A FIFO in place of a generated module would block a reader: --check sees what it is
+    without opening it, and generate replaces it only with --force (the package is rewritten whole)."""
+    module = generated / "tiny" / "interpret.py"
+    module.unlink()
+    os.mkfifo(module)
+    r = kspec("generate", "--check", timeout=30)
+    assert (r.rc, r.out) == (1, "generated/tiny/interpret.py: not a regular file\n")
+    r = kspec("generate", timeout=30)
+    assert r.rc == 1 and "generated/tiny/interpret.py: refused: not a regular file; remove it or use --force" in r.out
+    assert kspec("generate", "--force", timeout=30).rc == 0
+    assert module.is_file() and kspec("generate", "--check").rc == 0
