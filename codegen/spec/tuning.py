@@ -100,13 +100,6 @@ def key(entry: dict) -> tuple:
 MAX_TUNING_BYTES = 64 << 20  # a tuning file of every trial of a shape family stays far below this
 
 
-def load(path: Path) -> list:
-    """The entries of a tuning file (none if it does not exist); `kspec tune` appends to them.
-    Callers reach here after `tables` has validated the file."""
-    doc, _ = read(path)
-    return list(doc["entries"]) if doc else []
-
-
 def tables(root: Path, kernel: str) -> tuple:
     """({device_kind: [entries]}, diagnostics) for every tuning file of a kernel. A file that
     cannot be used is a located diagnostic (its entries are then left out)."""

@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 
 from kspec.codegen.emit.writer import atomic_write
-from kspec.codegen.spec.tuning import file_name, key, load
+from kspec.codegen.spec.tuning import file_name, key, read
 
 
 class Store:
@@ -17,7 +17,10 @@ class Store:
     def __init__(self, root: Path, kernel: str, device_kind: str):
         self.path = root / kernel / file_name(device_kind)
         self.kernel, self.device_kind = kernel, device_kind
-        self.entries = load(self.path)
+        doc, problems = read(self.path)
+        if problems:  # never start over a file that could not be read: its entries would be lost
+            raise ValueError(problems[0].format())
+        self.entries = list(doc["entries"]) if doc else []
 
     def done(self) -> set:
         return {key(e) for e in self.entries}

@@ -135,10 +135,20 @@ def test_store_appends_and_a_new_store_resumes_from_the_file(tmp_path):
     assert tuning.tables(tmp_path, "other") == ({}, [])
 
 
-def test_an_unreadable_table_loads_as_empty(tmp_path):
+def test_a_tuning_file_is_read_with_its_problems(tmp_path):
     path = tmp_path / "t.json"
-    assert tuning.load(path) == []  # missing
+    assert tuning.read(path) == (None, [])  # missing: nothing tuned yet
     path.write_text("{not json")
-    assert tuning.load(path) == []
+    doc, (problem,) = tuning.read(path)
+    assert doc is None and problem.code == "E120"
     path.write_text("[1, 2]")
-    assert tuning.load(path) == []
+    doc, (problem,) = tuning.read(path)
+    assert doc is None and problem.code == "E121" and problem.message == "the file: [1, 2] is not of type 'object'"
+
+
+def test_a_store_never_starts_over_a_file_it_cannot_read(tmp_path):
+    (tmp_path / "tiny").mkdir()
+    (tmp_path / "tiny" / "NVIDIA_H200.json").write_text('{"kernel": "tiny", "entries": [}')
+    with pytest.raises(ValueError, match=r"NVIDIA_H200.json:1:32: error\[E120\]: not valid JSON"):
+        Store(tmp_path, "tiny", "NVIDIA H200")
+    assert (tmp_path / "tiny" / "NVIDIA_H200.json").read_text() == '{"kernel": "tiny", "entries": [}'
