@@ -1,6 +1,6 @@
 """kspec's Mosaic GPU matmuls against XLA and against jax's own Hopper matmul, in the same rounds.
 
-The issue's anchors put jax's `hopper_matmul_mgpu` at 748 TFLOP/s and XLA's matmul at 658 on an
+The anchor figures put jax's `hopper_matmul_mgpu` at 748 TFLOP/s and XLA's matmul at 658 on an
 H200 (1.137x), but measured one after the other, in short bursts. This script samples XLA's
 `jnp.dot`, the generated `matmul_persistent` and `matmul_pingpong` (tuned configs) and
 `hopper_matmul_mgpu` at a few configs in alternation, the way `kspec bench` does, after checking
@@ -59,7 +59,7 @@ def checked_matmuls(n: int, only=None) -> tuple:
     b = jax.random.normal(jax.random.key(2), (n, n), jnp.float32).astype(jnp.bfloat16)
     xla = jax.jit(lambda p, q: jnp.dot(p, q, preferred_element_type=jnp.float32).astype(jnp.bfloat16))
     want = np.asarray(xla(a, b), np.float32)
-    # What XLA makes of the issue's competitor (f32 accumulate, bf16 out): a cuBLAS call that writes
+    # What XLA makes of the f32-accumulate competitor (f32 accumulate, bf16 out): a cuBLAS call that writes
     # float32, then a convert kernel. `jnp.dot` of two bf16 arrays also accumulates in float32 on the
     # GPU but has cuBLAS write bf16 itself: one kernel. Both are timed; ratios are to the first.
     impls = {"xla": xla, "xla bf16 out": jax.jit(lambda p, q: jnp.dot(p, q)),

@@ -1,6 +1,6 @@
 """Hardware counters of the 8192³ bf16 matmuls: XLA's (cuBLAS), kspec's and jax's own Hopper matmul.
 
-XLA's is profiled twice: as the issue's competitor (`jnp.dot` with float32 accumulation, then cast
+XLA's is profiled twice: as the f32-accumulate competitor (`jnp.dot` with float32 accumulation, then cast
 to bf16) and as a plain `jnp.dot` of bf16 arrays ("xla bf16 out"). Compiles and checks each first,
 then runs each once between `cuProfilerStart` and `cuProfilerStop`, so that Nsight Compute, started
 with `--profile-from-start off`, profiles those calls and none of XLA's autotuning or the warm-up:

@@ -1,4 +1,4 @@
-"""Issue 7: random vs exhaustive tuning, compared side by side in one process.
+"""Random vs exhaustive tuning, compared side by side in one process.
 
 Loads two `kspec tune` result tables (tuning/<kernel>/<device>.json format, see
 codegen/tuning.py), one from an exhaustive run and one from a random run, takes each run's

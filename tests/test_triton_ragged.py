@@ -2,8 +2,7 @@
 dims to whole blocks and crop the outputs, so no program touches memory past an array.
 
 On an H200 (jax 0.11.2) the unpadded add_1d kernel with N=5000, bs=1024 stored 256 bytes
-past its output, over the first 64 elements of the next buffer (docs/runs/
-2026-11-21-h200-repro-triton-1d-ragged.json, scripts/repro_triton_1d_ragged.py).
+past its output, over the first 64 elements of the next buffer.
 """
 
 from __future__ import annotations
