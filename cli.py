@@ -205,11 +205,11 @@ def generate(
     failed = False
     try:
         for out_root, items in by_root.items():
-            init_path, init_text = pipeline.package_init(out_root)
+            roots = pipeline.root_files(out_root)
             if check_only:
-                failed |= _check_tree(out_root, items, (init_path, init_text), whole=not paths)
+                failed |= _check_tree(out_root, items, roots, whole=not paths)
             else:
-                failed |= _write_tree(out_root, items, (init_path, init_text), force=force, prune=prune)
+                failed |= _write_tree(out_root, items, roots, force=force, prune=prune)
     except writer.WriteError as e:
         typer.echo(f"{_shown(e.path)}:1:1: error[E111]: {e.reason}")
         raise typer.Exit(2)
@@ -218,17 +218,17 @@ def generate(
     raise typer.Exit(1 if failed else 0)
 
 
-def _check_tree(out_root: Path, items: list, init: tuple, whole: bool) -> bool:
+def _check_tree(out_root: Path, items: list, roots: dict, whole: bool) -> bool:
     """Print what differs under the output folder from what generate would write; True if anything.
     `whole`: every spec is being checked, so every file and folder there must be one kspec writes."""
-    planned_all = {init[0]: init[1]}
+    planned_all = dict(roots)
     for _, _, planned in items:
         planned_all.update(planned)
     if whole:
         drift = writer.compare(planned_all, out_root)
     else:
-        drift = writer.compare({init[0]: init[1]}, out_root)
-        drift = [(p, why) for p, why in drift if p == init[0]]
+        drift = writer.compare(roots, out_root)
+        drift = [(p, why) for p, why in drift if p in roots]
         for _, kernel_dir, planned in items:
             drift += writer.compare(planned, kernel_dir)
     for path, reason in drift:
@@ -236,8 +236,9 @@ def _check_tree(out_root: Path, items: list, init: tuple, whole: bool) -> bool:
     return bool(drift)
 
 
-def _write_tree(out_root: Path, items: list, init: tuple, force: bool, prune: bool) -> bool:
-    """Write each kernel's package and the output folder's __init__.py; True if anything was refused."""
+def _write_tree(out_root: Path, items: list, roots: dict, force: bool, prune: bool) -> bool:
+    """Write each kernel's package and the output folder's own files (root_files); True if
+    anything was refused."""
     refused = []
     with writer.locked(out_root):
         writer.sweep(out_root)
@@ -247,13 +248,13 @@ def _write_tree(out_root: Path, items: list, init: tuple, force: bool, prune: bo
             n = len(outcome.written) + len(outcome.removed)
             if not outcome.refused:
                 typer.echo(f"{r.spec.name}: {n} file(s) written, {len(outcome.unchanged)} unchanged -> {_shown(kernel_dir)}")
-        init_path, init_text = init
-        current = writer.read_generated(init_path)
-        if current != init_text:
-            if current is not None and not force:
-                refused.append((init_path, "edited by hand (use --force to overwrite)"))
-            else:
-                writer.atomic_write(init_path, init_text)
+        for root_path, root_text in roots.items():
+            current = writer.read_generated(root_path)
+            if current != root_text:
+                if current is not None and not force and (root_path.name == "__init__.py" or writer.hand_edited(current)):
+                    refused.append((root_path, "edited by hand (use --force to overwrite)"))
+                else:
+                    writer.atomic_write(root_path, root_text)
         if prune:
             kernels = {kernel_dir for _, kernel_dir, _ in items}
             for folder in sorted(p for p in out_root.iterdir() if p.is_dir() and not p.is_symlink()):
@@ -345,6 +346,8 @@ def bench(
     plot_path: Optional[Path] = typer.Option(None, "--plot", callback=_file_path, help="Write a PNG plot (needs matplotlib)."),
     measure_ceilings: bool = typer.Option(False, "--measure-ceilings", help="Measure copy bandwidth and bf16 matmul peak here and use them as the roofline."),
     timeout: float = typer.Option(900.0, "--timeout", callback=_seconds, help="Seconds allowed per bench case."),
+    sweep: bool = typer.Option(False, "--sweep", help="Time every shape of the specs' families instead of the bench cases, and sum up each kernel: geomean and worst speedup, shapes where auto runs the reference; --plot draws speedup against size."),
+    family: Optional[List[str]] = typer.Option(None, "--family", help="With --sweep: only these families (repeatable)."),
 ) -> None:
     """Time each kernel x backend x bench case against its XLA reference and the spec's competitors, side by side."""
     import datetime
@@ -361,7 +364,12 @@ def bench(
             typer.echo("error: --plot needs matplotlib: pip install 'kspec[plot]'", err=True)
             raise typer.Exit(2)
     with _human_output(json_path, markdown_path):
-        results, session, seed = _start_run(paths, backend, seed, timeout, cases=case, case_kind="bench", out=out)
+        if family and not sweep:
+            typer.echo("error: --family needs --sweep", err=True)
+            raise typer.Exit(2)
+        results, session, seed = _start_run(paths, backend, seed, timeout, cases=case,
+                                            case_kind="sweep" if sweep else "bench", out=out, families=family,
+                                            sweep=sweep)
         info = session.info
         try:
             ceilings, roofline = (), "vendor peak table (kspec.codegen.backends.devices)"
@@ -370,27 +378,40 @@ def bench(
                 ceilings = (measured["bandwidth_gbs"], measured["tflops_bf16"])
                 roofline = f"measured here: copy {ceilings[0]:.0f} GB/s, bf16 matmul {ceilings[1]:.1f} TFLOP/s"
                 typer.echo(f"ceilings: {roofline}")
-            tasks, skipped = bn.plan(results, backends=backend or [], cases=case or [], seed=seed,
-                                     samples=samples, platform=info["platform"], ceilings=ceilings)
-            rows = _run_with_progress(session, tasks)
+            cases = list(case or []) + _family_cases(results, family)
+            tasks, skipped = bn.plan(results, backends=backend or [], cases=cases, seed=seed,
+                                     samples=samples, platform=info["platform"], ceilings=ceilings,
+                                     suite="sweep" if sweep else "bench")
+            meta = {"device": info["device"], "jax_version": info["jax_version"], "kspec_version": version,
+                    "date": datetime.date.today().isoformat(), "seed": seed, "samples": samples,
+                    "roofline": roofline}
+
+            def partial(rows):  # a run cut short keeps what it measured
+                if json_path and str(json_path) != "-":
+                    _write_report(json_path, json.dumps(dict(meta, partial=True, results=rows), indent=2) + "\n")
+
+            rows = _run_with_progress(session, tasks, on_row=partial)
         finally:
             session.close()
-        meta = {"device": info["device"], "jax_version": info["jax_version"], "kspec_version": version,
-                "date": datetime.date.today().isoformat(), "seed": seed, "samples": samples, "roofline": roofline}
-        typer.echo(bn.markdown(rows, meta=meta))
+        report = bn.markdown(rows, meta=meta)
+        if sweep:
+            summary = bn.sweep_summary(rows + skipped)
+            report += "\n" + bn.sweep_markdown(summary)
+            meta["sweep"] = summary
+        typer.echo(report)
         for r in rows:
             if r["status"] == "fail" and r.get("ms") is not None:  # timed, but below the case's min_speedup
                 typer.echo(f"{r['kernel']}[{r['backend']}] {r['case']} {r['dtype']}: {r['message']}")
         for (name, why), n in sorted(Counter((r["backend"], r["message"]) for r in skipped).items()):
             typer.echo(f"skipped {n} {name} task(s): {why}")
         if plot_path:
-            bn.plot(rows, str(plot_path))
+            (bn.plot_sweep if sweep else bn.plot)(rows + skipped, str(plot_path))
         counts = v.summary(rows + skipped)
         typer.echo(f"{counts['pass']} passed, {counts['fail']} failed, {counts['error']} errors, {counts['skip']} skipped")
     if json_path:
         _write_report(json_path, json.dumps(dict(meta, results=rows + skipped), indent=2) + "\n")
     if markdown_path:
-        _write_report(markdown_path, bn.markdown(rows, meta=meta))
+        _write_report(markdown_path, report)
     raise typer.Exit(1 if counts["fail"] or counts["error"] else 0)
 
 
@@ -425,6 +446,8 @@ def tune(
     seed: Optional[int] = typer.Option(None, "--seed", help="Seed for inputs and the random and guided strategies."),
     tuning_dir: Optional[Path] = typer.Option(None, "--tuning-dir", help="Where results go (default: tuning/ beside generated/)."),
     timeout: float = typer.Option(1800.0, "--timeout", callback=_seconds, help="Seconds allowed per config batch."),
+    sweep: bool = typer.Option(False, "--sweep", help="Tune every shape of the specs' families instead of the bench cases (resumable: what is recorded is skipped); bound it with --budget-seconds."),
+    family: Optional[List[str]] = typer.Option(None, "--family", help="With --sweep: only these families (repeatable)."),
 ) -> None:
     """Search each spec's param choices for the fastest correct config; results go to tuning/."""
     import time
@@ -435,7 +458,12 @@ def tune(
     if strategy not in tn.STRATEGIES:
         typer.echo("error: --strategy must be exhaustive, random or guided", err=True)
         raise typer.Exit(2)
-    results, session, seed = _start_run(paths, backend, seed, timeout, cases=case, case_kind="bench", out=out)
+    if family and not sweep:
+        typer.echo("error: --family needs --sweep", err=True)
+        raise typer.Exit(2)
+    results, session, seed = _start_run(paths, backend, seed, timeout, cases=case,
+                                        case_kind="sweep" if sweep else "bench", out=out, families=family, sweep=sweep)
+    case = list(case or []) + _family_cases(results, family)
     info = session.info
     started = time.monotonic()
     failed = False
@@ -447,7 +475,10 @@ def tune(
 
             store = Store(tuning_dir or pipeline.tuning_dir(out_root), spec.name, info["device"])
             done = store.done()
-            suite, chosen = ("bench", spec.bench) if spec.bench else ("cases", spec.cases)
+            if sweep:
+                suite, chosen = "sweep", spec.sweep
+            else:
+                suite, chosen = ("bench", spec.bench) if spec.bench else ("cases", spec.cases)
             for name, variant in spec.variants.items():
                 if not _tuned_here(name, backend, info["platform"]) or not any(p.choices for p in variant.params):
                     continue
@@ -597,7 +628,7 @@ def _tune_case(session, store, done, spec, variant, index, case, assign, suite, 
 
     label = ",".join(dict.fromkeys(assign[o.name] for o in spec.inputs))
     dims = tuple(case.dims[d] for d in spec.dims)
-    untuned = {p.name: case.params.get(p.name, p.default) for p in variant.params if not p.choices}
+    untuned = {p.name: case.params.get(p.name, p.default) for p in variant.params if not p.resolved}
     base = {"backend": variant.backend, "bucket": list(tg.bucket(dims)), "dtype": label, "fixed": untuned,
             "jax_version": info["jax_version"], "kernel_sha": spec.kernel_sha, "case": case.name}
     if sustained:
@@ -644,8 +675,9 @@ def _tune_case(session, store, done, spec, variant, index, case, assign, suite, 
         typer.echo("  no config passed")
         return True
     fastest = min(current, key=tg.cost)
-    default = next((e for e in current if all(e["params"].get(k) == p.default for k, p in
-                                              ((p.name, p) for p in variant.params if p.choices))), None)
+    defaults = variant.defaults_at(case.dims)
+    default = next((e for e in current if all(e["params"].get(p.name) == defaults[p.name]
+                                              for p in variant.params if p.choices)), None)
     if sustained:
         lo, hi = fastest["speedup_ci95"]
         figure = f"{fastest['speedup']:.3f}x the reference ({lo:.3f}-{hi:.3f}), {fastest['ms']:.3f} ms"
@@ -672,7 +704,14 @@ def _stream_with_progress(session, task, started: int, total: int):
         yield row
 
 
-def _start_run(paths, backends, seed, timeout, devices=None, cases=None, case_kind="cases", out=None):
+def _family_cases(results, families) -> list:
+    """The case names of the named families (none: [])."""
+    return [c.name for r in results if r.spec is not None for f in r.spec.families if f.name in (families or [])
+            for c in f.cases]
+
+
+def _start_run(paths, backends, seed, timeout, devices=None, cases=None, case_kind="cases", out=None,
+               families=None, sweep=False):
     """Shared start of verify/bench/tune: check specs, case names and drift, start a worker, print the seed."""
     import secrets
 
@@ -691,6 +730,16 @@ def _start_run(paths, backends, seed, timeout, devices=None, cases=None, case_ki
     if unknown_case:
         typer.echo(f"error: {unknown_case}", err=True)
         raise typer.Exit(2)
+    if sweep:
+        declared = sorted({f.name for r in results if r.spec is not None for f in r.spec.families})
+        if not declared:
+            typer.echo("error: --sweep needs specs with `families:`; none of the selected specs declares one", err=True)
+            raise typer.Exit(2)
+        missing = [f for f in families or [] if f not in declared]
+        if missing:
+            typer.echo(f"error: no family named {missing[0]!r} in the selected specs; known: {', '.join(declared)}",
+                       err=True)
+            raise typer.Exit(2)
     drift = v.stale(results)
     if drift:
         for path, reason in drift:
@@ -707,8 +756,9 @@ def _start_run(paths, backends, seed, timeout, devices=None, cases=None, case_ki
     return results, session, seed
 
 
-def _run_with_progress(session, tasks: list) -> list:
-    """Run tasks, with a progress bar on a terminal and a line per finished task otherwise."""
+def _run_with_progress(session, tasks: list, on_row=None) -> list:
+    """Run tasks, with a progress bar on a terminal and a line per finished task otherwise;
+    `on_row(rows)` is called with the rows so far after each task."""
     out = []
     if sys.stderr.isatty():
         from rich.progress import Progress
@@ -719,10 +769,14 @@ def _run_with_progress(session, tasks: list) -> list:
                 progress.update(bar, description=task.label)
                 out.append(session.run(task))
                 progress.advance(bar)
+                if on_row:
+                    on_row(out)
         return out
     for i, task in enumerate(tasks, 1):
         out.append(session.run(task))
         typer.echo(f"[{i}/{len(tasks)}] {out[-1]['status']:5} {task.label}", err=True)
+        if on_row:
+            on_row(out)
     return out
 
 

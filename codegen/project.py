@@ -300,5 +300,13 @@ def plan(compiled: Compiled, out_root: Path) -> tuple:
     return kernel_dir, planned
 
 
-def package_init(out_root: Path) -> tuple:
-    return out_root / "__init__.py", writer.PACKAGE_INIT
+def root_files(out_root: Path) -> dict:
+    """{path: text} of what kspec writes at the top of the output folder: its __init__.py, and
+    _runtime.py, the tuned-config lookup and dispatch every package shares."""
+    from importlib import resources
+
+    runtime = (resources.files("kspec") / "templates" / "runtime.py").read_text(encoding="utf-8")
+    return {
+        out_root / "__init__.py": writer.PACKAGE_INIT,
+        out_root / "_runtime.py": writer.with_banner(runtime, "kspec's templates/runtime.py", writer.sha(runtime), root=True),
+    }

@@ -2,7 +2,11 @@
 # One GPU session: everything kspec proves and measures on an NVIDIA GPU.
 #
 #   bash scripts/gpu_session.sh [STEP...]   steps: verify lower tune random bench attention hopper profile
+#                                            verify-norms verify-tma tune-sweep generate sweep
 #                                            (default: verify tune)
+#
+# SWEEP_SPECS, SWEEP_FAMILY (a family's name, or "all"), SWEEP_ARGS (e.g. --case NAME), SWEEP_SAMPLES, TUNE_BUDGET (seconds) and TUNE_ARGS
+# shape the sweep steps.
 #
 # On the lent GPU machine (jax + CUDA plugin installed, no jsonschema) the jsonschema
 # wheels travel in .whl/ (git-ignored; copy ../shared/wheels-py312/*.whl there). Results
@@ -19,8 +23,12 @@ if ! python3 -c "import jsonschema" 2>/dev/null && ls .whl/*.whl >/dev/null 2>&1
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl
   export PYTHONPATH=/tmp/site:${PYTHONPATH:-}
 fi
-export PYTHONPATH=$PWD:${PYTHONPATH:-}
+# The repository root is the `kspec` package: reach it by that name wherever it was unpacked.
+mkdir -p /tmp/kspec-root && ln -sfn "$PWD" /tmp/kspec-root/kspec
+export PYTHONPATH=/tmp/kspec-root:${PYTHONPATH:-}
 kspec() { python3 -m kspec "$@"; }
+family=(--family "${SWEEP_FAMILY:-widths}")
+[ "${SWEEP_FAMILY:-}" = all ] && family=()
 # The bench cases each kernel is tuned on (its largest; the persistent matmuls also at the MLP shapes),
 # each config timed against the reference under sustained load (kspec tune --sustained).
 # (layer_norm and softmax bring their backward kernels: kspec tune takes a spec's vjp specs along.)
@@ -31,6 +39,10 @@ TUNE_CASES="matmul:b8192 matmul_bias_gelu:b8192 matmul_persistent:b8192 matmul_b
   flash_attention:full flash_attention:causal softmax:b8192 layer_norm:b16Kx8192 layer_norm:b8192
   rms_norm:b16Kx8192 rms_norm:b8192 layer_norm_tma:b16Kx8192 layer_norm_tma:b8192 rms_norm_tma:b16Kx8192
   rms_norm_tma:b8192 softmax_tma:b8192 softmax_tma:b4096 add:b1GiB add_1d:b1GiB"
+# The norms and softmax whose Triton kernels mask their rows (any width), and their backward kernels.
+NORM_FORWARD="specs/softmax.yaml specs/rms_norm.yaml specs/layer_norm.yaml"
+NORM_SPECS="$NORM_FORWARD specs/softmax_dx.yaml specs/layer_norm_dx.yaml specs/layer_norm_dparams.yaml
+  specs/softmax_tma.yaml specs/rms_norm_tma.yaml specs/layer_norm_tma.yaml"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv | tee "$OUT/gpu.txt"
 python3 -c "import jax; print('jax', jax.__version__, jax.devices())" | tee -a "$OUT/gpu.txt"
 for step in ${*:-verify tune}; do
@@ -56,5 +68,17 @@ for step in ${*:-verify tune}; do
                python3 scripts/profile_matmul.py | grep -v '^==PROF=='
              "$NCU" -i /tmp/kspec-matmul.ncu-rep --page details --csv > "$OUT/ncu-details.csv"
              "$NCU" -i /tmp/kspec-matmul.ncu-rep --page raw --csv | gzip -c > "$OUT/ncu-raw.csv.gz" ;;
+    generate) kspec generate 2>/dev/null | tail -1 ;;
+    verify-tma) kspec verify specs/softmax_tma.yaml specs/rms_norm_tma.yaml specs/layer_norm_tma.yaml \
+              --backend mosaic_gpu --seed 11 --json "$OUT/verify-tma.json" 2>/dev/null | tail -22 ;;
+    verify-norms) kspec verify $NORM_SPECS --backend triton --backend mosaic_gpu --seed 11 \
+              --json "$OUT/verify-norms.json" 2>/dev/null | tail -25 ;;
+    tune-sweep) kspec tune ${SWEEP_SPECS:-$NORM_FORWARD} --sweep "${family[@]}" --sustained --backend triton --backend mosaic_gpu \
+              --samples 10 --seed 5 --budget-seconds "${TUNE_BUDGET:-300}" ${TUNE_ARGS:-} 2>/dev/null | grep -v '^\['
+          tar czf "$OUT/tuning.tgz" tuning ;;
+    sweep) plot=(); python3 -c "import matplotlib" 2>/dev/null && plot=(--plot "$OUT/sweep.png")
+           kspec bench ${SWEEP_SPECS:-$NORM_FORWARD} --sweep "${family[@]}" --backend triton --backend mosaic_gpu \
+              --samples "${SWEEP_SAMPLES:-10}" --seed 3 ${SWEEP_ARGS:-} --json "$OUT/sweep.json" --markdown "$OUT/sweep.md" \
+              "${plot[@]}" 2>"$OUT/sweep.err" | sed -n '/^## Sweep/,$p' ;;
   esac
 done

@@ -125,8 +125,8 @@ def test_concurrent_generates_into_an_empty_folder(project):
     procs = [_generate(project) for _ in range(4)]
     assert [p.wait(timeout=180) for p in procs] == [0] * 4
     assert set(_assert_each_file_whole(expected)) == {1}
-    init = project / "generated" / "__init__.py"
-    assert init.read_text() == pipeline.package_init(project / "generated")[1]
+    for path, text in pipeline.root_files(project / "generated").items():
+        assert path.read_text() == text
 
 
 def test_leftover_temporary_files_are_swept(project):

@@ -167,6 +167,7 @@ SPECS = {
     "E507": mutate(V, ("  x: {shape: [N], dtype: float32}\n", "".join(
         f"  {n}: {{shape: [N], dtype: [float32, bfloat16, float16, int32, int16, int8, uint8]}}\n" for n in "xyz"))),
     "E508": mutate(V, (GRID, 'grid: ["N * 33554432"]')),
+    "E510": V + "families:\n  f:\n    dims: {N: {from: 1, to: 600, step: 1}}\n",
     "E509": mutate(V, ("  return x * 2\ncases:\n  - {name: c, N: 64}",
                        ("  return x * 2\ncompetitors:\n  xla: {body: return x + x}\n"
                         "cases:\n  - {name: c, N: 64, min_speedup_over: {xl: 1.1}}"))),
@@ -264,6 +265,7 @@ EXPECTED = {
     "E506": ['specs/bad.yaml:9:3: error[E506]: case `c`: o has shape (0,)', '  = help: every dim must be at least 1'],
     "E507": ['specs/bad.yaml:21:5: error[E507]: case `c` runs 343 dtype combinations; at most 256 allowed', "  = help: pin some inputs' dtypes in the case, e.g. `dtype: {x: float32}`, or give them fewer choices: x (7), y (7), z (7)"],
     "E508": ['specs/bad.yaml:10:8: error[E508]: case `c`: grid axis 0 has size 2147483648, more than int32 holds (2147483647)', '  = help: Pallas program ids are int32: use bigger blocks or split the axis into several'],
+    "E510": ['specs/bad.yaml:22:11: error[E510]: family `f` has 600 shapes; at most 512 allowed', '  = help: use fewer values, or split it into several families'],
     "E509": ['specs/bad.yaml:21:41: error[E509]: case `c`: min_speedup_over names `xl`, which is not a competitor (competitors: xla)', '  = help: did you mean `xla`?'],
     "E600": ['specs/bad.yaml:15:28: error[E600]: body: invalid syntax'],
     "E601": ['specs/bad.yaml:15:3: error[E601]: body: import of `torch`', '  = help: generated modules may import only jax, numpy and the standard library'],

@@ -108,7 +108,8 @@ def assert_imports(compiled: pipeline.Compiled, planned: dict, work: Workdir) ->
     name = f"_fuzz_out_{work.imported}"
     root = work.root / "imports" / name
     root.mkdir(parents=True)
-    (root / "__init__.py").write_text(writer.PACKAGE_INIT)
+    for path, text in pipeline.root_files(root).items():
+        path.write_text(text)
     todo, done = [(compiled, planned)], set()
     while todo:  # the package, and the backward packages its vjp imports
         c, files = todo.pop()

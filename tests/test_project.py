@@ -51,7 +51,7 @@ def test_the_project_is_found_from_a_subfolder(tmp_path, kspec):
     assert kspec("init").rc == 0
     (tmp_path / "src" / "deep").mkdir(parents=True)
     r = kspec("generate", cwd=tmp_path / "src" / "deep")
-    assert r.rc == 0 and r.out.startswith("scale_rows: 5 file(s) written"), r.both
+    assert r.rc == 0 and r.out.startswith("scale_rows: 6 file(s) written"), r.both
     assert (tmp_path / "generated" / "scale_rows" / "__init__.py").exists()
     assert not (tmp_path / "src" / "generated").exists()
 

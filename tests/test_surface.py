@@ -146,7 +146,7 @@ def test_bounded_slice_dims_take_ds_and_check_start_and_size(tmp_path):
 
 def test_ds_is_only_for_index_maps(tmp_path):
     text = mutate(VALID_SPEC, ('grid: ["cdiv(N, bs)"]', 'grid: ["ds(N, bs)"]'))
-    assert any(m.startswith("E300: calling anything but min, max or cdiv") for m in messages(tmp_path, text))
+    assert any(m.startswith("E300: calling anything but min, max, cdiv or next_pow2") for m in messages(tmp_path, text))
 
 
 def test_element_dims_on_tpu_must_be_all_or_none(tmp_path):

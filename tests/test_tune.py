@@ -118,7 +118,7 @@ def test_tuned_entry_is_checked_against_constraints_with_the_untuned_params(monk
     assert got == {"tm": 128, "tn": 64, "steps": 2, "snake": 16}
     # the tuned config breaks the constraint for these dims (N % (2 * tn)): defaults instead
     got = _tuning.resolve("mosaic_gpu", (a, a), (8192, 8192, 8100), {}, {"tk": 64, "epi": 64})
-    assert got == _tuning.DEFAULTS["mosaic_gpu"]
+    assert got == _tuning.defaults("mosaic_gpu", 8192, 8192, 8100)
 
 
 def test_guided_strategy_end_to_end_and_resumes(tmp_path):

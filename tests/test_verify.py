@@ -82,7 +82,8 @@ def test_shipped_specs_pass_on_20_schedules_tpu_interpret(tmp_path):
     report = tmp_path / "r.json"
     rc, out, err = kspec("verify", "--backend", "mosaic_tpu", "--repeat", "5", "--seed", "2000", "--json", report, timeout=3600)
     assert rc == 0, out + err
-    assert {len(r["schedules"]) for r in results(report)} == {4}
+    # the kernels' own runs; a grad task runs the forward and backward kernels once each
+    assert {len(r["schedules"]) for r in results(report) if r["mode"] == "run"} == {4}
 
 
 def test_planted_bugs_all_fail(tmp_path):

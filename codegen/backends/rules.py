@@ -265,8 +265,8 @@ def _triton(inst) -> list:
         )
     for op in inst.spec.operands:
         block = inst.variant.blocks.get(op.name)
-        if block is not None and block.block_shape is None:
-            continue  # memory_space any: no block is loaded; the body indexes the array
+        if block is not None and (block.block_shape is None or block.masked):
+            continue  # memory_space any (the body indexes the array), or loaded only through masks
         for d, b in enumerate(inst.block_shapes[op.name]):
             if b is not None and b & (b - 1):
                 out.append(

@@ -12,16 +12,18 @@ from kspec.codegen.verify import _dtype_reason, _skip_reason, matrix
 
 
 def plan(compiled: list, *, backends: list, cases: list, seed: int, samples: int, platform: str,
-         ceilings: tuple = ()) -> tuple:
-    """(tasks, skipped) for every spec's bench cases (its verify cases if it has none)."""
+         ceilings: tuple = (), suite: str = "bench") -> tuple:
+    """(tasks, skipped) for every spec's bench cases (its verify cases if it has none), or with
+    `suite` "sweep" every shape of its families."""
     tasks, skipped = [], []
-    for c, name, i, case, assign, label in matrix(compiled, backends=backends, cases=cases, suite="bench"):
-        suite = "bench" if c.spec.bench else "cases"
+    wanted = suite
+    for c, name, i, case, assign, label in matrix(compiled, backends=backends, cases=cases, suite=wanted):
+        suite = "sweep" if wanted == "sweep" else "bench" if c.spec.bench else "cases"
         task = Task(
             str(c.path), c.spec.name, name, case.name, i, tuple(assign.items()), label, seed,
             "bench", str(pipeline.out_root_for(c.path)), suite=suite, samples=samples, ceilings=ceilings,
         )
-        why = _skip_reason(name, platform, False) or _dtype_reason(c.spec.variants[name], assign)
+        why = _skip_reason(name, platform, False) or _dtype_reason(c.spec.variants[name], assign, None if wanted == "sweep" else case)
         if name == "mosaic_tpu" and platform != "tpu":
             why = "TPU interpret mode is a simulator: timing it means nothing"
         if why:
@@ -130,22 +132,28 @@ def _series(ax, points: list, style: str, marker: str, label: str) -> None:
     ax.plot([x for x, _ in points], [y for _, y in points], linestyle="none", marker=marker, color=line.get_color())
 
 
-def plot(rows: list, path: str) -> None:
-    """Throughput against problem size, one panel per kernel (PLOT_COLUMNS to a row), one
-    line per backend, XLA dashed; memory-bound kernels in GB/s with the copy timed alongside them dotted."""
+def _panels(rows: list) -> tuple:
+    """(pyplot, figure, [(axes, kernel)]): one panel per kernel of `rows`, PLOT_COLUMNS to a row."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    done = [r for r in rows if r.get("ms") is not None]  # timed, including any below its min_speedup
-    kernels = sorted({r["kernel"] for r in done})
+    kernels = sorted({r["kernel"] for r in rows})
     cols = min(PLOT_COLUMNS, max(len(kernels), 1))
     grid_rows = max(-(-len(kernels) // cols), 1)
     fig, axes = plt.subplots(grid_rows, cols, figsize=(5 * cols, 4 * grid_rows), squeeze=False)
     for ax in axes.flat[len(kernels):]:
         ax.set_visible(False)
-    for ax, kernel in zip(axes.flat, kernels):
+    return plt, fig, list(zip(axes.flat, kernels))
+
+
+def plot(rows: list, path: str) -> None:
+    """Throughput against problem size, one panel per kernel (PLOT_COLUMNS to a row), one
+    line per backend, XLA dashed; memory-bound kernels in GB/s with the copy timed alongside them dotted."""
+    done = [r for r in rows if r.get("ms") is not None]  # timed, including any below its min_speedup
+    plt, fig, panels = _panels(done)
+    for ax, kernel in panels:
         mine = [r for r in done if r["kernel"] == kernel]
         # Memory-bound kernels (by the roofline) in GB/s, against the copy timed in their rounds.
         use_flops = all(r["tflops"] for r in mine) and all(r.get("bound") != "memory" for r in mine)
@@ -168,6 +176,111 @@ def plot(rows: list, path: str) -> None:
         ax.set_xlabel("FLOPs per call" if use_flops else "bytes per call")
         ax.set_ylabel(unit)
         ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+# -- sweeps (`kspec bench --sweep`): a family of shapes, summed up -------------------------------
+
+
+def _geomean(values: list) -> float | None:
+    import math
+
+    return math.exp(sum(math.log(v) for v in values) / len(values)) if values else None
+
+
+def sweep_summary(results: list) -> list:
+    """Per kernel x backend x dtype over a sweep's results: how many shapes, how many auto ran on the
+    reference instead (`fallbacks`, counted at 1.0x), how many failed or crashed (`errors`), the
+    geomean and the worst speedup over XLA (and the shape of the worst), the same over each
+    competitor, and the slowest first compile. Shapes skipped for want of a device are left out."""
+    groups: dict = {}
+    for r in results:
+        counted = r["status"] != "skip" or r.get("fallback")
+        if not counted:
+            continue
+        g = groups.setdefault((r["kernel"], r["backend"], r["dtype"]), {
+            "shapes": 0, "fallbacks": 0, "errors": 0, "speedups": [], "competitors": {}, "compile_s": []})
+        g["shapes"] += 1
+        if r.get("ms") is not None:
+            g["speedups"].append((r["speedup"], r["case"]))
+            g["compile_s"].append(r.get("compile_s") or 0.0)
+            for name, c in (r.get("competitors") or {}).items():
+                if c["status"] == "pass":
+                    g["competitors"].setdefault(name, []).append((c["speedup"], r["case"]))
+        elif r.get("fallback"):
+            g["fallbacks"] += 1
+            g["speedups"].append((1.0, r["case"]))
+        else:
+            g["errors"] += 1
+    out = []
+    for (kernel, backend, dtype), g in sorted(groups.items()):
+        worst = min(g["speedups"], default=None)
+        out.append({
+            "kernel": kernel, "backend": backend, "dtype": dtype, "shapes": g["shapes"],
+            "fallbacks": g["fallbacks"], "errors": g["errors"],
+            "geomean": _geomean([s for s, _ in g["speedups"]]),
+            "worst": worst[0] if worst else None, "worst_case": worst[1] if worst else None,
+            "competitors": {
+                name: {"geomean": _geomean([s for s, _ in v]), "worst": min(v)[0], "worst_case": min(v)[1],
+                       "shapes": len(v)}
+                for name, v in g["competitors"].items()
+            },
+            "compile_s_max": max(g["compile_s"], default=None),
+        })
+    return out
+
+
+SWEEP_COLUMNS = ("kernel", "backend", "dtype", "shapes", "auto on the reference", "errors",
+                 "speedup over XLA: geomean", "worst (shape)", "over competitors: geomean / worst", "slowest compile s")
+
+
+def sweep_markdown(summary: list) -> str:
+    lines = [
+        "## Sweep",
+        "",
+        ("Each shape of the spec's families, timed as above. Where backend=\"auto\" would pass the backend over "
+         "(its _dispatch.py rules it out at that shape), the call runs the reference: counted at 1.0x. `errors`: "
+         "shapes that failed or crashed."),
+        "",
+        "| " + " | ".join(SWEEP_COLUMNS) + " |",
+        "|" + "---|" * len(SWEEP_COLUMNS),
+    ]
+    for s in summary:
+        comps = "; ".join(f"{n} {c['geomean']:.3f}x / {c['worst']:.3f}x ({c['worst_case']})"
+                          for n, c in s["competitors"].items()) or "-"
+        lines.append("| " + " | ".join((
+            s["kernel"], s["backend"], s["dtype"], str(s["shapes"]), str(s["fallbacks"]), str(s["errors"]),
+            _f(s["geomean"]) + ("x" if s["geomean"] else ""),
+            (f"{s['worst']:.3f}x ({s['worst_case']})" if s["worst"] is not None else "-"),
+            comps, _f(s["compile_s_max"], ".1f"))) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def plot_sweep(rows: list, path: str) -> None:
+    """Speedup over XLA against problem size, one panel per kernel, one line per backend x dtype
+    (and dotted, over each competitor); where auto runs the reference, a cross at 1.0."""
+    done = [r for r in rows if r.get("ms") is not None or r.get("fallback")]
+    plt, fig, panels = _panels(done)
+    for ax, kernel in panels:
+        mine = [r for r in done if r["kernel"] == kernel]
+        for backend, dtype in sorted({(r["backend"], r["dtype"]) for r in mine}):
+            series = [r for r in mine if r["backend"] == backend and r["dtype"] == dtype]
+            timed = sorted((r["bytes"], r["speedup"]) for r in series if r.get("ms") is not None)
+            (line,) = ax.plot([b for b, _ in timed], [s for _, s in timed], "o-", label=f"{backend} {dtype}")
+            names = sorted({n for r in series for n, c in (r.get("competitors") or {}).items() if c["status"] == "pass"})
+            for name in names:
+                pts = sorted((r["bytes"], r["competitors"][name]["speedup"]) for r in series
+                             if r.get("ms") is not None and r["competitors"].get(name, {}).get("status") == "pass")
+                ax.plot([b for b, _ in pts], [s for _, s in pts], ":", marker=".", color=line.get_color(),
+                        label=f"over {name}")
+        ax.axhline(1.0, color="k", linestyle="--", linewidth=0.8)
+        ax.set_xscale("log")
+        ax.set_title(kernel)
+        ax.set_xlabel("bytes per call")
+        ax.set_ylabel("speedup (x)")
+        ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)

@@ -105,14 +105,43 @@ def dtype_assignments(spec: KernelSpec, case: Case) -> DtypeAssignments:
     return DtypeAssignments(spec, case)
 
 
+def unmet(variant: Variant, case: Case) -> str | None:
+    """Why the backend's own constraints rule this case out (None: they hold, or cannot be
+    evaluated here; instantiate reports what is wrong with the case itself)."""
+    env = dict(case.dims)
+    try:
+        env.update({p.name: p.default_at(case.dims) for p in variant.params})
+    except (ExprError, NotEvaluable):
+        return None
+    env.update({k: val for k, val in case.params.items() if k in env})
+    for c in variant.constraints:
+        try:
+            ok = c.expr.eval(env)
+        except (ExprError, NotEvaluable):
+            continue
+        if ok is False:
+            values = ", ".join(f"{n}={env[n]}" for n in sorted(c.expr.names) if n in env)
+            return f"{variant.backend} needs {c.message or '`' + c.expr.shown + '`'} ({values})"
+    return None
+
+
 def instantiate(spec: KernelSpec, v: Variant, case: Case, dtypes: dict, budget: list | None = None) -> tuple:
     """Evaluate a variant for one case: (Instance or None, diagnostics). `budget`, a
     one-item list, is the number of index map evaluations full grid walks may still spend
     (shared across calls; see MAX_SPEC_GRID_POINTS); None: no limit but MAX_GRID_POINTS."""
     env = dict(v.param_defaults)
-    env.update({k: val for k, val in case.params.items() if k in env})
     env.update(case.dims)
     out: list = []
+    for p in v.params:  # expression defaults: over the case's dims
+        if p.name not in env and p.name not in case.params:
+            try:
+                env[p.name] = p.default_at(case.dims)
+            except ExprError as err:
+                out.append(Diagnostic(err.code, f"case `{case.name}`: default of param `{p.name}`: {err.message}",
+                                      p.default.loc))
+    env.update({k: val for k, val in case.params.items() if k in {p.name for p in v.params}})
+    if out:
+        return None, out
 
     def ev(e: Expr, what: str, scope: dict | None = None):
         try:

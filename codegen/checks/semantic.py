@@ -12,6 +12,7 @@ import builtins
 import dataclasses
 import keyword
 import math
+import re
 import sys
 import textwrap
 from collections.abc import Mapping
@@ -22,7 +23,7 @@ from kspec.codegen.checks import mesh as _mesh
 from kspec.codegen.checks import names as code_names
 from kspec.codegen.backends import BACKENDS
 from kspec.codegen.diagnostics import Diagnostic, did_you_mean
-from kspec.codegen.spec.expr import Expr, IndexMap
+from kspec.codegen.spec.expr import Expr, ExprError, IndexMap
 from kspec.codegen.checks.instances import (
     MAX_DTYPE_COMBINATIONS,
     MAX_SPEC_GRID_POINTS,
@@ -30,6 +31,7 @@ from kspec.codegen.checks.instances import (
     dtype_assignments,
     dtype_combinations,
     instantiate,
+    unmet,
 )
 from kspec.codegen.spec.model import Case, Code, KernelSpec, Variant
 
@@ -43,8 +45,9 @@ TEMPLATE_NAMES = frozenset({
     "NamedSharding", "NoGradientError", "OUT_SPECS", "P", "PASSED_ON", "PLATFORMS", "TABLE", "available_backends", "bind", "bucket",
     "contextlib", "crop", "differentiable", "importlib", "make_mesh", "manual_axis_type", "resolve",
     "satisfies_constraints", "select_backend", "select_sharded_backend", "whole", "whole_blocks",
+    "KernelFallbackWarning", "UnsupportedCallError", "SLOWER", "check_call", "choose", "defaults", "slower", "why_not",
 })
-TEMPLATE_LOCALS = frozenset({"mesh", "module", "num_sms", "options", "out", "params"})
+TEMPLATE_LOCALS = frozenset({"chosen", "mesh", "module", "num_sms", "options", "out", "params"})
 RESERVED = frozenset(
     {"jax", "jnp", "lax", "pl", "np", "functools", "math", "pltpu", "plgpu", "pltriton"}
     | {"backend", "interpret", "cdiv"}
@@ -71,6 +74,7 @@ def check(spec: KernelSpec) -> list[Diagnostic]:
     if not diags:
         for case in spec.cases + spec.bench:
             diags += _case_bindings(spec, case)
+        diags += _families(spec)
     if not diags:
         from kspec.codegen.backends import rules
 
@@ -81,8 +85,8 @@ def check(spec: KernelSpec) -> list[Diagnostic]:
                 # case x backend, then apply the dtype-dependent hardware rules per combination
                 supported = (d for d in dtype_assignments(spec, case) if variant.supports(d))
                 first = next(supported, None)
-                if first is None:
-                    continue
+                if first is None or unmet(variant, case):
+                    continue  # the backend does not take this case: verify skips it
                 inst, found = instantiate(spec, variant, case, first, budget=budget)
                 diags += found
                 if inst is not None:
@@ -316,9 +320,14 @@ def _structure(spec: KernelSpec, v: Variant) -> list:
         out += _unknown(axis.size, scope, "grid")
     for c in spec.constraints:
         out += _unknown(c.expr, scope, "constraint")
+    for c in v.constraints:
+        out += _unknown(c.expr, scope, f"{v.backend} constraint")
+    for p in v.params:
+        if isinstance(p.default, Expr):  # evaluated per call, before any param is known
+            out += _unknown(p.default, dims, f"default of param `{p.name}`")
     for key, value in v.compiler_params.items():
         if isinstance(value, Expr):
-            out += _unknown(value, params, f"compiler_params.{key}")
+            out += _unknown(value, scope, f"compiler_params.{key}")
     for s in v.scratch:
         for e in s.shape:
             out += _unknown(e, scope, f"scratch {s.name}")
@@ -561,6 +570,40 @@ def _case_bindings(spec: KernelSpec, case: Case) -> list:
                 f"(competitors: {', '.join(competitors) or 'none'})",
                 case.min_speedup_over_locs.get(name, case.loc), did_you_mean(name, competitors)))
     out += _case_dtypes(spec, case)
+    return out
+
+
+def _families(spec: KernelSpec) -> list:
+    """Each family's shapes bind the spec's dims and params, and meet its constraints over dims
+    (E501). The backends' rules are not applied: the dispatcher passes over a backend that
+    cannot run a shape, which is what a sweep measures. One diagnostic per family and problem."""
+    out = []
+    dims = set(spec.dims)
+    for family in spec.families:
+        seen = set()
+        for case in family.cases:
+            for d in _case_bindings(spec, case) + _dims_constraints(spec, case, dims):
+                key = (d.code, re.sub(r"case `[^`]*`( \([^)]*\))?", "", d.message))
+                if key not in seen:
+                    seen.add(key)
+                    out.append(d)
+    return out
+
+
+def _dims_constraints(spec: KernelSpec, case: Case, dims: set) -> list:
+    out = []
+    for c in spec.constraints:
+        if not c.expr.names <= dims or not all(d in case.dims for d in c.expr.names):
+            continue
+        try:
+            ok = c.expr.eval(case.dims)
+        except ExprError:
+            continue
+        if ok is False:
+            values = ", ".join(f"{n}={case.dims[n]}" for n in sorted(c.expr.names))
+            shown = c.message or f"`{c.expr.shown}` does not hold"
+            out.append(Diagnostic("E501", f"case `{case.name}` ({values}): {shown}", case.loc,
+                                  f"constraint at line {c.loc.line}; leave the shape out of the family"))
     return out
 
 

@@ -259,7 +259,7 @@ def _cases(spec, entry: Backward, bspec) -> list:
             continue  # the spec's own checks report it
         bdims = _backward_dims(entry, bspec, shapes)
         for backend in dict.fromkeys(b for f in spec.backends for b in backward_backends(bspec, f).values() if b):
-            env = dict(bspec.variants[backend].param_defaults, **bdims)
+            env = dict(_defaults(bspec.variants[backend], bdims), **bdims)
             env.update({bp: _param_value(spec, case, fp) for bp, fp in entry.params.items()})
             out += _shapes(entry, bspec, case, shapes, env)
         if out:
@@ -272,15 +272,28 @@ def _cases(spec, entry: Backward, bspec) -> list:
     return out
 
 
+def _defaults(variant, dims: dict) -> dict:
+    """The variant's param defaults at these dims (an expression default that fails is left out:
+    the spec's own checks report it)."""
+    out = dict(variant.param_defaults)
+    for p in variant.params:
+        if p.name not in out:
+            try:
+                out[p.name] = p.default_at(dims)
+            except (ExprError, NotEvaluable):
+                pass
+    return out
+
+
 def _param_value(spec, case, name: str):
     base = next(iter(spec.variants.values()))
-    return case.params.get(name, base.param_defaults.get(name))
+    return case.params.get(name, _defaults(base, case.dims).get(name))
 
 
 def _forward_shapes(spec, case) -> dict | None:
     base = next(iter(spec.variants.values()))
-    env = dict(base.param_defaults)
-    env.update({k: v for k, v in case.params.items() if k in env})
+    env = _defaults(base, case.dims)
+    env.update({k: v for k, v in case.params.items() if k in {p.name for p in base.params}})
     env.update(case.dims)
     try:
         return {op.name: tuple(e.eval(env) for e in op.shape) for op in spec.operands}

@@ -78,6 +78,7 @@ CODES: dict[str, str] = {
     "E507": "too many dtype combinations",
     "E508": "grid axis size does not fit in int32",
     "E509": "min_speedup_over names no competitor",
+    "E510": "a family of shapes cannot be expanded",
     "E600": "Python syntax error",
     "E601": "import not allowed in generated code",
     "E602": "unknown name in code",

@@ -196,12 +196,16 @@ class _Context:
 
     def params(self, variant: Variant) -> list:
         return [
-            {"name": p.name, "default": literal(p.default), "doc": p.doc} for p in variant.params
+            {"name": p.name, "default": p.default.shown if isinstance(p.default, Expr) else literal(p.default), "doc": p.doc}
+            for p in variant.params
         ]
 
     def signature_of(self, variant: Variant, extra: tuple = (), tuned: bool = False) -> str:
         """`x, y, *, bm=..., ...`; with `tuned`, tunable params default to None (resolved per call)."""
-        kwargs = [f"{p.name}={None if tuned and p.choices else literal(p.default)}" for p in variant.params] + list(extra)
+        kwargs = [
+            f"{p.name}={None if (tuned and p.resolved) or isinstance(p.default, Expr) else literal(p.default)}"
+            for p in variant.params
+        ] + list(extra)
         return ", ".join(self.inputs + (["*"] + kwargs if kwargs else []))
 
     def reference(self) -> dict:
@@ -255,8 +259,8 @@ class _Context:
             signature=self.signature_of(
                 variant, ("interpret=False",) if backend.interpret == "interpret" else (), tuned=True
             ),
-            tunable=[p.name for p in variant.params if p.choices],
-            untuned=[p.name for p in variant.params if not p.choices],
+            tunable=[p.name for p in variant.params if p.resolved],
+            untuned=[p.name for p in variant.params if not p.resolved],
             static_argnames=_tuple(f'"{s}"' for s in static),
             input_docs=input_docs,
             out_shape=out_shapes[0] if len(out_shapes) == 1 else "[" + ", ".join(out_shapes) + "]",
@@ -496,14 +500,20 @@ class _Context:
     def tuning(self, tuned: dict) -> dict:
         from kspec.codegen.spec import tuning
 
-        table = []
+        table, slower = [], []
         choices = tuning.choices_of(self.spec.variants)
         for device_kind, entries in sorted(tuned.items()):
             for (backend, dtype, bucket, fixed), params in tuning.best(entries, self.spec.kernel_sha, choices).items():
                 if backend in self.spec.variants:
                     table.append((literal((device_kind, backend, dtype, bucket, fixed)), literal(params)))
+            if self.spec.reference_when_faster:
+                for (backend, dtype, bucket, fixed), x in tuning.slower(entries, self.spec.kernel_sha, choices).items():
+                    if backend in self.spec.variants:
+                        slower.append((literal((device_kind, backend, dtype, bucket, fixed)), literal(x)))
         defaults = [
-            (repr(b), literal({p.name: p.default for p in v.params if p.choices})) for b, v in self.spec.variants.items()
+            (b, "{" + ", ".join(f"{p.name!r}: {p.default.render() if isinstance(p.default, Expr) else literal(p.default)}"
+                                for p in v.params if p.resolved) + "}")
+            for b, v in self.spec.variants.items()
         ]
         constraint_params = sorted(
             set().union(*(c.expr.names for c in self.spec.constraints)) - set(self.spec.dims)
@@ -511,7 +521,41 @@ class _Context:
         constraints = " and ".join(f"({c.expr.render()})" for c in self.spec.constraints) or "True"
         return dict(
             self.common(), table=table, defaults=defaults, constraint_params=constraint_params,
-            constraints=constraints,
+            constraints=constraints, slower=slower, reference_when_faster=self.spec.reference_when_faster,
+            dims_args=", ".join(self.spec.dims),
+        )
+
+    def dispatch(self) -> dict:
+        """_dispatch.py: what each backend needs of a call (backends/requirements.py)."""
+        from kspec.codegen.backends import requirements as rq
+
+        spec = self.spec
+        per_backend, sizes = [], {}
+        for name, v in spec.variants.items():
+            reqs = rq.requirements(spec, v)
+            per_backend.append({
+                "name": name,
+                "requirements": reqs,
+                "untuned": [(p.name, literal(p.default)) for p in v.params if not p.resolved],
+                "resolved": [p.name for p in v.params if p.resolved],
+            })
+            if any("_itemsize" in r.condition + r.reason for r in reqs):
+                sizes.update(rq.itemsizes(spec, v))
+        params = list(dict.fromkeys(p.name for v in spec.variants.values() for p in v.params))
+        package = self.package("")
+        return dict(
+            self.common(),
+            backends_tuple=package["backends_tuple"], platforms=package["platforms"], auto=package["auto"],
+            dims_constraints=rq.dims_constraints(spec),
+            dims_args=", ".join(spec.dims),
+            dim_names=_tuple(repr(d) for d in spec.dims),
+            dims_tuple=", ".join(spec.dims) + ("," if len(spec.dims) == 1 else ""),
+            per_backend=per_backend,
+            needs_itemsize=bool(sizes),
+            itemsize_dict="{" + ", ".join(f"{k!r}: {v}" for k, v in sizes.items()) + "}",
+            params=params,
+            params_dict="{" + ", ".join(f'"{p}": {p}' for p in params) + "}",
+            slower=spec.reference_when_faster,
         )
 
     def package(self, spec_path: str) -> dict:
@@ -534,6 +578,7 @@ class _Context:
             params=params,
             params_dict="{" + ", ".join(f'"{p}": {p}' for p in params) + "}",
             vjp=spec.vjp is not None,
+            reference_params=_tuple(repr(p.name) for p in next(iter(spec.variants.values())).params),
         )
 
     def vjp(self, linked: tuple) -> dict:
@@ -630,6 +675,7 @@ def render(spec: KernelSpec, spec_path: str, tuned: dict | None = None, linked: 
         "__init__.py": env.get_template("package.py.j2").render(ctx.package(spec_path)),
         "_signature.py": env.get_template("signature.py.j2").render(ctx.signature()),
         "reference.py": env.get_template("reference.py.j2").render(ctx.reference()),
+        "_dispatch.py": env.get_template("dispatch.py.j2").render(ctx.dispatch()),
     }
     for name, variant in spec.variants.items():
         template = "mesh.py.j2" if spec.kind == "mesh" else BACKENDS[name].template

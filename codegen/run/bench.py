@@ -37,12 +37,12 @@ def tuned_params(task, prep) -> dict:
     import sys
 
     tuning = getattr(sys.modules[prep.fn.__module__], "_tuning", None)
-    tunable = [p.name for p in prep.variant.params if p.choices]
+    tunable = [p.name for p in prep.variant.params if p.resolved]
     if tuning is None or not tunable:
         return prep.params
     dims = tuple(prep.inst.env[d] for d in prep.spec.dims)
     given = {k: v for k, v in prep.case.params.items() if k in tunable}
-    untuned = {p.name: prep.params[p.name] for p in prep.variant.params if not p.choices}
+    untuned = {p.name: prep.params[p.name] for p in prep.variant.params if not p.resolved}
     return dict(prep.params, **tuning.resolve(task.backend, prep.inputs, dims, given, untuned))
 
 
@@ -68,10 +68,27 @@ def _compile(fn, args) -> tuple:
     return compiled, time.perf_counter() - start
 
 
+def passed_over(task, prep) -> str | None:
+    """Why backend="auto" would not run this backend at this shape (the package's _dispatch.py
+    says, before tracing), or None. A sweep times what auto runs: here, the reference."""
+    import importlib
+
+    package = importlib.import_module(prep.fn.__module__.rsplit(".", 1)[0])
+    given = {k: v for k, v in prep.case.params.items()}
+    why = package._dispatch.why_not(task.backend, *prep.inputs, **given)
+    if why is None and hasattr(package._dispatch, "slower"):  # dispatch.reference_when_faster
+        why = package._dispatch.slower(task.backend, *prep.inputs, **given)
+    return why
+
+
 def bench(task, prep, check_outputs) -> dict:
     import jax
 
     start = time.monotonic()
+    if task.suite == "sweep":
+        why = passed_over(task, prep)
+        if why is not None:
+            return result(task, "skip", f"auto runs the reference here: {why}", fallback=True)
     prep = prep.with_params(tuned_params(task, prep))
     kernel = functools.partial(prep.fn, **prep.params)
     reference = functools.partial(prep.ref_fn, **prep.ref_params)

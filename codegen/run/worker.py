@@ -180,7 +180,7 @@ def _prepare(task: Task) -> Prepared:
     spec = compiled.spec
     if spec is None:
         raise RuntimeError("the spec no longer checks; run `kspec check`")
-    case = (spec.bench if task.suite == "bench" else spec.cases)[task.case_index]
+    case = {"bench": spec.bench, "sweep": spec.sweep}.get(task.suite, spec.cases)[task.case_index]
     variant = spec.variants[task.backend]
     dtypes = dict(task.dtypes)
     overrides = dict(task.params)
@@ -189,7 +189,7 @@ def _prepare(task: Task) -> Prepared:
     inst, diags = instances.instantiate(spec, variant, case, dtypes)
     if inst is None:
         raise RuntimeError(diags[0].format() if diags else "case does not instantiate")
-    params = {k: v for k, v in inst.env.items() if k in variant.param_defaults}
+    params = {k: v for k, v in inst.env.items() if k in {p.name for p in variant.params}}
     module = _module(task, task.backend)
     ref_module = _module(task, "reference")
     base_params = {p.name for p in next(iter(spec.variants.values())).params}

@@ -5,7 +5,7 @@ params and grid indices. Nothing here calls eval(): a tree is accepted only if
 every node is on the whitelist, and it is evaluated by walking it.
 
     names, ints (and float/bool constants), + - * // %, unary -,
-    comparisons, and/or/not, min(...), max(...), cdiv(a, b)
+    comparisons, and/or/not, min(...), max(...), cdiv(a, b), next_pow2(n)
     index maps only: ref[expr] where ref is a scalar-prefetch operand, and
     ds(start, size), the slice a bounded_slice block dim takes (pl.ds)
 """
@@ -54,10 +54,16 @@ class Slice:
     size: int
 
 
-FUNCTIONS = {"min": min, "max": max, "cdiv": _cdiv}
+def _next_pow2(n):
+    """The least power of two >= n (1 for n <= 1), as pl.next_power_of_2 computes it."""
+    return 1 if n <= 1 else 1 << (n - 1).bit_length()
+
+
+FUNCTIONS = {"min": min, "max": max, "cdiv": _cdiv, "next_pow2": _next_pow2}
 INDEX_MAP_FUNCTIONS = {"ds": Slice}
 # How each whitelisted function is spelled in generated code.
-RENDERED_FUNCTIONS = {"min": "min", "max": "max", "cdiv": "pl.cdiv", "ds": "pl.ds"}
+RENDERED_FUNCTIONS = {"min": "min", "max": "max", "cdiv": "pl.cdiv", "next_pow2": "pl.next_power_of_2", "ds": "pl.ds"}
+ARITY = {"cdiv": 2, "ds": 2, "next_pow2": 1}  # min and max take two or more
 
 
 class ExprError(Exception):
@@ -234,11 +240,13 @@ def _check(node: ast.AST, names: set, subscripts: bool, lead: int, top: bool = T
     elif isinstance(node, ast.Call):
         allowed = FUNCTIONS.keys() | (INDEX_MAP_FUNCTIONS.keys() if subscripts else set())
         if not isinstance(node.func, ast.Name) or node.func.id not in allowed:
-            raise bad("calling anything but min, max, cdiv or ds" if subscripts else "calling anything but min, max or cdiv")
+            raise bad("calling anything but min, max, cdiv, next_pow2 or ds" if subscripts
+                      else "calling anything but min, max, cdiv or next_pow2")
         if node.keywords or any(isinstance(a, ast.Starred) for a in node.args):
             raise bad("keyword or starred arguments")
-        # min/max of one int would iterate over it; cdiv and ds take exactly two
-        if len(node.args) < 2 or (node.func.id in ("cdiv", "ds") and len(node.args) != 2):
+        # min/max of one int would iterate over it; cdiv, ds and next_pow2 take exactly their arity
+        arity = ARITY.get(node.func.id)
+        if (len(node.args) != arity) if arity else len(node.args) < 2:
             raise bad(f"`{node.func.id}` with {len(node.args)} arguments")
         for a in node.args:
             rec(a)

@@ -9,6 +9,8 @@ from __future__ import annotations
 import ast
 import dataclasses
 import hashlib
+import itertools
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -50,10 +52,20 @@ class Code:
 @dataclasses.dataclass(frozen=True)
 class Param:
     name: str
-    default: Any
+    default: Any  # a number or bool, or an Expr over the dims (evaluated per call)
     choices: tuple | None
     doc: str
     loc: Location
+
+    @property
+    def resolved(self) -> bool:
+        """Whether a call resolves it from its dims (tuned table, dims-aware default) rather than
+        taking a constant default: it has choices to tune, or its default is an expression."""
+        return bool(self.choices) or isinstance(self.default, Expr)
+
+    def default_at(self, dims: Mapping):
+        """The default for these dims (`dims`: name -> int; an expression default needs them all)."""
+        return self.default.eval(dims) if isinstance(self.default, Expr) else self.default
 
 
 @dataclasses.dataclass(frozen=True)
@@ -113,6 +125,7 @@ class Block:
     padding: tuple = ()  # per dim: (low, high) of an ELEMENT dim, else (0, 0)
     memory_space: str | None = None  # any | hbm | vmem | smem | gmem; None: the backend's default
     buffers: int | None = None  # pipeline_mode: pl.Buffered(buffers)
+    masked: bool = False  # the body loads and stores it masked: on triton its dims need not be powers of two
     collective_axes: tuple = ()  # Mosaic GPU pipeline inputs: the cluster axis a copy is multicast along
 
     def kind(self, d: int) -> str:
@@ -217,6 +230,7 @@ class Variant:
     pipelines: tuple = ()  # of Pipeline (mesh kernels)
     refs: Mapping[str, str] = dataclasses.field(default_factory=dict)  # operand -> memory space (mesh kernels)
     mesh_loc: Location | None = None
+    constraints: tuple = ()  # of Constraint: what this backend needs of dims and params
 
     def mesh_axes(self, role: str) -> tuple:
         return tuple(a for a in self.mesh if a.role == role)
@@ -232,7 +246,13 @@ class Variant:
 
     @property
     def param_defaults(self) -> dict:
-        return {p.name: p.default for p in self.params}
+        """The constant defaults; a param whose default is an expression over dims is left out
+        (see defaults_at)."""
+        return {p.name: p.default for p in self.params if not isinstance(p.default, Expr)}
+
+    def defaults_at(self, dims: Mapping) -> dict:
+        """Every param's default for these dims (expression defaults evaluated over them)."""
+        return {p.name: p.default_at(dims) for p in self.params}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -246,6 +266,19 @@ class Case:
     min_speedup: Any = None  # bench: the least speedup to measure, or {device kind prefix: it}
     min_speedup_over: Mapping[str, Any] = dataclasses.field(default_factory=dict)  # bench: {competitor: floor}
     min_speedup_over_locs: Mapping[str, Location] = dataclasses.field(default_factory=dict)  # competitor -> its key
+
+
+MAX_FAMILY_SHAPES = 512  # shapes per family (E510): a sweep times each on every backend
+
+
+@dataclasses.dataclass(frozen=True)
+class Family:
+    """A family of shapes (`families:`): what `kspec bench --sweep` and `tune --sweep` cover."""
+
+    name: str
+    doc: str
+    cases: tuple  # of Case, one per shape (and dtype, when the family lists several)
+    loc: Location
 
 
 @dataclasses.dataclass(frozen=True)
@@ -275,6 +308,7 @@ class KernelSpec:
     variants: Mapping[str, Variant]  # backend name -> variant, in the spec's order
     loc: Location
     bench: tuple = ()  # of Case: large shapes for bench and tune
+    families: tuple = ()  # of Family: shape families for bench --sweep and tune --sweep
     cost: Cost | None = None
     kernel_sha: str = ""  # hash of what decides the generated code (see tuning.kernel_sha)
     sharding: _sharding.Sharding | None = None  # the `sharding:` section (codegen/spec/sharding.py)
@@ -285,6 +319,12 @@ class KernelSpec:
     kind_loc: Location | None = None
     vjp: _vjp.Vjp | None = None  # the `vjp:` section (codegen/spec/vjp.py)
     competitors: tuple = ()  # of Competitor
+    reference_when_faster: bool = False  # dispatch.reference_when_faster
+
+    @property
+    def sweep(self) -> tuple:
+        """Every case of every family, in order: what `--sweep` runs."""
+        return tuple(c for f in self.families for c in f.cases)
 
     @property
     def prefetched(self) -> tuple:
@@ -359,7 +399,10 @@ class _Builder:
             here = at + (name,)
             if isinstance(value, dict):
                 choices = tuple(value["choices"]) if "choices" in value else None
-                out.append(Param(name, value["default"], choices, value.get("doc", ""), self.doc.key_loc(here)))
+                default = value["default"]
+                if isinstance(default, str):  # an expression over the dims, evaluated per call
+                    default = self.expr(default, here + ("default",))
+                out.append(Param(name, default, choices, value.get("doc", ""), self.doc.key_loc(here)))
             else:
                 out.append(Param(name, value, None, "", self.doc.key_loc(here)))
         return tuple(out)
@@ -428,6 +471,7 @@ class _Builder:
                 tuple(pad for _, _, pad in dims),
                 spec.get("memory_space"),
                 (spec.get("pipeline_mode") or {}).get("buffered"),
+                masked=bool(spec.get("masked", False)),
             )
         return out
 
@@ -495,6 +539,7 @@ class _Builder:
                 pipelines=self.pipelines(self._at(data, pipes_at), pipes_at),
                 refs=refs,
                 mesh_loc=self.doc.key_loc(mesh_at) if self._at(data, mesh_at) is not None else None,
+                constraints=self.constraints(over.get("constraints"), at + ("constraints",)),
             )
         return out
 
@@ -585,6 +630,58 @@ class _Builder:
             )
         return tuple(out)
 
+    def families(self, raw: Mapping | None) -> tuple:
+        out = []
+        for name, fam in (raw or {}).items():
+            here = ("families", name)
+            loc = self.doc.key_loc(here)
+            values, lengths = {}, {}
+            for dim, v in fam["dims"].items():
+                if isinstance(v, list):
+                    values[dim] = list(v)
+                    lengths[dim] = len(v)
+                    continue
+                if "step" in v:  # its length without spelling it out: a range may be huge
+                    lengths[dim] = max(0, (v["to"] - v["from"]) // v["step"] + 1)
+                seq, x = [], v["from"]
+                while x <= v["to"] and len(seq) <= MAX_FAMILY_SHAPES:
+                    seq.append(x)
+                    x = x * v["times"] if "times" in v else x + v["step"]
+                if not seq:
+                    self.errors.append(Diagnostic("E510", f"family `{name}`: dim {dim}'s range from {v['from']} to "
+                                                  f"{v['to']} is empty", self.doc.loc(here + ("dims", dim))))
+                values[dim] = seq
+                lengths.setdefault(dim, len(seq))
+            if fam.get("combine", "cross") == "zip":
+                if len(set(lengths.values())) > 1:
+                    shown = ", ".join(f"{d}: {n}" for d, n in lengths.items())
+                    self.errors.append(Diagnostic("E510", f"family `{name}` zips dims of different lengths ({shown})",
+                                                  self.doc.loc(here + ("dims",)), "give every dim as many values, "
+                                                  "or use combine: cross"))
+                    continue
+                shapes = [dict(zip(values, row)) for row in zip(*values.values())]
+            else:
+                count = math.prod(lengths.values())
+                if count > MAX_FAMILY_SHAPES:
+                    self.errors.append(Diagnostic("E510", f"family `{name}` has {count} shapes; at most "
+                                                  f"{MAX_FAMILY_SHAPES} allowed", self.doc.loc(here + ("dims",)),
+                                                  "use fewer values, or split it into several families"))
+                    continue
+                shapes = [dict(zip(values, row)) for row in itertools.product(*values.values())]
+            if len(shapes) > MAX_FAMILY_SHAPES:
+                self.errors.append(Diagnostic("E510", f"family `{name}` has {len(shapes)} shapes; at most "
+                                              f"{MAX_FAMILY_SHAPES} allowed", self.doc.loc(here + ("dims",))))
+                continue
+            dtypes = fam.get("dtype")
+            dtypes = [None] if dtypes is None else [dtypes] if isinstance(dtypes, str) else list(dtypes)
+            cases = tuple(
+                Case(f"{name}_" + "_".join(f"{d}{n}" for d, n in shape.items()), shape, dtype,
+                     dict(fam.get("params") or {}), {}, loc)
+                for shape in shapes for dtype in dtypes
+            )
+            out.append(Family(name, str(fam.get("doc", "")).strip(), cases, loc))
+        return tuple(out)
+
     def competitors(self, raw: Mapping | None) -> tuple:
         return tuple(
             Competitor(name, self.code(("competitors", name, "body")), tuple(c.get("platforms") or ("cpu", "gpu", "tpu")),
@@ -592,10 +689,10 @@ class _Builder:
             for name, c in (raw or {}).items()
         )
 
-    def constraints(self, raw: list) -> tuple:
+    def constraints(self, raw: list, at: tuple = ("constraints",)) -> tuple:
         out = []
         for i, c in enumerate(raw or []):
-            here = ("constraints", i)
+            here = at + (i,)
             if isinstance(c, dict):
                 e = self.condition(c["expr"], here + ("expr",))
                 out.append(Constraint(e, c.get("message"), self.doc.loc(here)))
@@ -636,6 +733,7 @@ def build(doc: Document) -> KernelSpec:
         variants=variants,
         loc=doc.loc(()),
         bench=b.cases(data.get("bench"), "bench"),
+        families=b.families(data.get("families")),
         kernel_sha=tuning.kernel_sha(data),
         cost=b.cost(data.get("cost_estimate")),
         sharding=_sharding.build(doc),
@@ -646,6 +744,7 @@ def build(doc: Document) -> KernelSpec:
         kind_loc=doc.loc(("kind",)) if "kind" in data else None,
         vjp=_vjp.build(doc),
         competitors=b.competitors(data.get("competitors")),
+        reference_when_faster=bool((data.get("dispatch") or {}).get("reference_when_faster", False)),
     )
     if b.errors:
         raise SpecError(b.errors)

@@ -24,7 +24,7 @@ from kspec.codegen.spec import loader
 
 # Spec keys that do not change the generated kernel: editing them keeps tuning valid.
 # (`vjp` adds the backward pass around the kernel; the kernel itself stays the same.)
-_NOT_KERNEL = ("doc", "cases", "bench", "tolerance", "vjp", "competitors")
+_NOT_KERNEL = ("doc", "cases", "bench", "tolerance", "vjp", "competitors", "dispatch", "families")
 
 
 def _params_view(params):
@@ -312,6 +312,20 @@ def best(entries: list, sha: str, choices: dict | None = None) -> dict:
         if k not in chosen or rank < chosen[k][0]:
             chosen[k] = (rank, e)
     return {k: dict(sorted(e["params"].items())) for k, (_, e) in sorted(chosen.items())}
+
+
+def slower(entries: list, sha: str, choices: dict | None = None) -> dict:
+    """{(backend, dtype, bucket, fixed): speedup} where the best config `best` picks was timed
+    against the reference (`kspec tune --sustained`) and ran slower than it (speedup < 1)."""
+    out = {}
+    picked = best(entries, sha, choices)
+    for e in entries:
+        if not usable(e, sha, choices) or e.get("speedup") is None or how_timed(e) != "sustained":
+            continue
+        k = (e["backend"], e["dtype"], tuple(e["bucket"]), fixed(e))
+        if picked.get(k) == dict(sorted(e["params"].items())) and e["speedup"] < 1.0:
+            out[k] = round(float(e["speedup"]), 3)
+    return dict(sorted(out.items()))
 
 
 def stale(entries: list, sha: str) -> list:

@@ -21,7 +21,7 @@ def matrix(compiled: list, *, backends: list, cases: list, suite: str = "cases")
     "bench" takes a spec's bench cases (its verify cases when it has none)."""
     for c in compiled:
         spec = c.spec
-        chosen = spec.bench if suite == "bench" and spec.bench else spec.cases
+        chosen = spec.sweep if suite == "sweep" else spec.bench if suite == "bench" and spec.bench else spec.cases
         for name in spec.backends:
             if backends and name not in backends:
                 continue
@@ -47,7 +47,7 @@ def plan(
             modes = ["lower" if lower else "run"]
             if c.spec.vjp is not None and any(dt.is_float(assign[o.name]) for o in c.spec.inputs):
                 modes.append("lower-grad" if lower else "grad")
-            why = _skip_reason(name, platform, lower) or _dtype_reason(c.spec.variants[name], assign)
+            why = _skip_reason(name, platform, lower) or _dtype_reason(c.spec.variants[name], assign, case)
             for mode in modes:
                 task = Task(
                     str(c.path), c.spec.name, name, case.name, i, tuple(assign.items()), label, seed + k,
@@ -78,7 +78,7 @@ def plan_sharded(
                     "sharded", str(pipeline.out_root_for(c.path)), devices=devices)
         why = (
             _sharded_skip_reason(name, sh, devices, device_count, platform)
-            or _dtype_reason(spec.variants[name], assign)
+            or _dtype_reason(spec.variants[name], assign, case)
         )
         if why:
             done.append(result(task, "skip", why))
@@ -108,9 +108,9 @@ def _skip_reason(backend: str, platform: str | None, lower: bool) -> str | None:
     return None
 
 
-def _dtype_reason(variant, assign: dict) -> str | None:
+def _dtype_reason(variant, assign: dict, case=None) -> str | None:
     if variant.supports(assign):
-        return None
+        return instances.unmet(variant, case) if case is not None else None
     allowed = "; ".join(f"{k}: {', '.join(v)}" for k, v in variant.dtypes.items())
     return f"{variant.backend} takes only {allowed}"
 

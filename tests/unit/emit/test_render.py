@@ -34,9 +34,9 @@ def keywords(node: ast.Call) -> dict:
 
 
 def test_one_module_per_backend_beside_the_package_modules():
-    assert sorted(rendered()) == ["__init__.py", "_signature.py", "_tuning.py", "interpret.py", "reference.py"]
+    assert sorted(rendered()) == ["__init__.py", "_dispatch.py", "_signature.py", "_tuning.py", "interpret.py", "reference.py"]
     assert sorted(rendered(mutate(VALID_SPEC, BACKENDS))) == [
-        "__init__.py", "_signature.py", "_tuning.py", "interpret.py", "mosaic_tpu.py", "reference.py", "triton.py"]
+        "__init__.py", "_dispatch.py", "_signature.py", "_tuning.py", "interpret.py", "mosaic_tpu.py", "reference.py", "triton.py"]
 
 
 def test_every_module_parses_and_imports_only_jax_numpy_the_standard_library_and_its_package():

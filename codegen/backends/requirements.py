@@ -1,0 +1,210 @@
+"""What each backend needs of a call's dims and params, as code for the generated dispatcher.
+
+The rules in rules.py check a spec's cases before anything runs. A user calls a kernel at
+other shapes, so the generated `_dispatch.py` evaluates the same limits per call, before
+tracing, and backend="auto" passes over a backend that cannot run the call:
+
+  Triton: every block dim a power of two (unless the block is `masked`: the body loads and
+    stores it through masks over a power-of-two range);
+  Mosaic GPU: a TMA copy moves at most 256 elements along each dim of the (tiled) block, and
+    blocks x pipeline depth + shared-memory scratch fit 227 KiB;
+  Mosaic TPU: the last two dims of a VMEM block tile by (8 x packing, 128) or are whole;
+  every backend: the spec's constraints that read params, and the backend's own.
+
+Each requirement is a condition and the reason it gives when it fails, both Python source
+over the dims, the params (resolved for the call) and `_itemsize` (operand or scratch name ->
+bytes per element). Every piece of a spec in them is a re-printed expression tree or a
+literal: nothing of the spec's text is pasted.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from kspec.codegen.backends import rules
+from kspec.codegen.spec import dtypes as dt
+from kspec.codegen.spec.model import KernelSpec, Variant
+
+
+@dataclasses.dataclass(frozen=True)
+class Requirement:
+    condition: str  # Python source: true when the backend can run the call
+    reason: str  # Python source of a str: what fails, with the call's values
+
+
+def _lit(text: str) -> str:
+    return repr(text)
+
+
+def _block_exprs(spec: KernelSpec, variant: Variant, op) -> tuple | None:
+    """(size Expr or None per dim) of the operand's block; None when the body gets the whole
+    array unblocked (memory_space without block_shape)."""
+    block = variant.blocks.get(op.name)
+    if block is None:
+        return tuple(op.shape)
+    if block.block_shape is None:
+        return None
+    return tuple(block.block_shape)
+
+
+def _tuple_src(exprs) -> str:
+    parts = [("1" if e is None else e.render()) for e in exprs]
+    return "(" + ", ".join(parts) + ("," if len(parts) == 1 else "") + ")"
+
+
+def _dims_src(exprs) -> list:
+    return [e for e in exprs if e is not None and not isinstance(e.constant, int)]
+
+
+def _with_values(c) -> str:
+    """The constraint's message (or its re-printed expression), then the values it read."""
+    names = sorted(c.expr.names)
+    values = f" + ' (' + _runtime.shown({names!r}, ({', '.join(names)}{',' if len(names) == 1 else ''})) + ')'" if names else ""
+    return _lit(c.message or f"`{c.expr.shown}` must hold") + values
+
+
+def constraints(spec: KernelSpec, variant: Variant) -> list:
+    """The spec's constraints that read params, then the backend's own."""
+    out = []
+    dims = set(spec.dims)
+    for c in spec.constraints:
+        if c.expr.names <= dims:
+            continue  # over dims only: the call itself is refused (see dims_constraints)
+        out.append(Requirement(f"({c.expr.render()})", _with_values(c)))
+    for c in variant.constraints:
+        out.append(Requirement(f"({c.expr.render()})", _with_values(c)))
+    return out
+
+
+def dims_constraints(spec: KernelSpec) -> list:
+    """(condition, message) of the spec's constraints over dims only."""
+    dims = set(spec.dims)
+    return [
+        Requirement(f"({c.expr.render()})", _lit(c.message or f"`{c.expr.shown}` must hold"))
+        for c in spec.constraints if c.expr.names <= dims
+    ]
+
+
+def _triton(spec: KernelSpec, variant: Variant) -> list:
+    out = []
+    for op in spec.operands:
+        block = variant.blocks.get(op.name)
+        if block is not None and block.masked:
+            continue
+        exprs = _block_exprs(spec, variant, op)
+        if exprs is None:
+            continue
+        varying = _dims_src(exprs)
+        if not varying:
+            continue  # constant blocks: kspec check rules on them (E711)
+        cond = " and ".join(f"_runtime.is_pow2({e.render()})" for e in varying)
+        out.append(Requirement(
+            cond, f"{_lit(op.name + ' block ')} + str({_tuple_src(exprs)}) + "
+                  f"{_lit(' is not all powers of two, which Triton needs')}"))
+    return out
+
+
+def _itemsize_src(name: str) -> str:
+    return f"_itemsize[{name!r}]"
+
+
+def _mosaic_gpu(spec: KernelSpec, variant: Variant) -> list:
+    out = []
+    if spec.kind != "mesh":
+        for op in spec.operands:
+            block = variant.blocks.get(op.name)
+            exprs = _block_exprs(spec, variant, op)
+            if exprs is None:
+                continue
+            kept = [e for e in exprs if e is not None]
+            tiling = block.tiling if block is not None else ()
+            lead, tail = kept[: len(kept) - len(tiling)], kept[len(kept) - len(tiling):] if tiling else []
+            checks = [e.render() for e in lead] if tiling else [e.render() for e in kept]
+            checks += [f"_runtime.cdiv({e.render()}, {t})" for e, t in zip(tail, tiling)]
+            varying = [c for c in checks if not c.isdigit()]
+            if not varying:
+                continue
+            cond = " and ".join(f"{c} <= {rules.TMA_MAX_BLOCK_DIM}" for c in varying)
+            out.append(Requirement(
+                cond, f"{_lit(op.name + ' block ')} + str({_tuple_src(exprs)}) + "
+                      f"{_lit(f' is too large for TMA, which copies at most {rules.TMA_MAX_BLOCK_DIM} elements per dim')}"))
+        depth = variant.compiler_params.get("max_concurrent_steps", 1)
+        depth_src = depth.render() if hasattr(depth, "render") else repr(depth)
+        reduction = variant.compiler_params.get("reduction_scratch_bytes", 2048)
+        blocks = [
+            f"math.prod({_tuple_src(_block_exprs(spec, variant, op))}) * {_itemsize_src(op.name)}"
+            for op in spec.operands if _block_exprs(spec, variant, op) is not None
+        ]
+        total = f"({' + '.join(blocks) or '0'}) * max({depth_src}, 1) + {_scratch_src(variant)} + {reduction!r}"
+    else:
+        total = _scratch_src(variant)
+    if total.strip() == "0":
+        return out
+    out.append(Requirement(
+        f"{total} <= {rules.HOPPER_SMEM_LIMIT}",
+        f"'shared memory estimate ' + str(({total}) // 1024) + "
+        f"{_lit(f' KiB exceeds {rules.HOPPER_SMEM_LIMIT // 1024} KiB per block on Hopper')}"))
+    return out
+
+
+def _scratch_src(variant: Variant) -> str:
+    parts = [
+        f"math.prod({_tuple_src(s.shape)}) * {_itemsize_src(s.name)}"
+        for s in variant.scratch if s.kind == "array" and s.memory_space in ("smem", "vmem")
+    ]
+    return " + ".join(parts) or "0"
+
+
+def _mosaic_tpu(spec: KernelSpec, variant: Variant) -> list:
+    out = []
+    if spec.kind == "mesh":
+        return out
+    for op in spec.operands:
+        block = variant.blocks.get(op.name)
+        if block is None or block.block_shape is None or block.memory_space in ("any", "hbm", "smem") or op.prefetch:
+            continue
+        n = len(op.shape)
+        conds = []
+        for d in range(max(0, n - 2), n):
+            b, a = block.block_shape[d], op.shape[d]
+            tile = "128" if d == n - 1 else f"(8 * max(1, 4 // {_itemsize_src(op.name)}))"
+            b_src = "1" if b is None else b.render()
+            if b is not None and a is not None and b.shown == a.shown:
+                continue  # the whole dim
+            conds.append(f"({b_src} == {a.render()} or {b_src} % {tile} == 0)")
+        if conds and not all(c.replace(" ", "").isdigit() for c in conds):
+            out.append(Requirement(
+                " and ".join(conds),
+                f"{_lit(op.name + ' block ')} + str({_tuple_src(block.block_shape)}) + "
+                f"{_lit(' does not tile by (8 x packing, 128) on TPU')}"))
+    return out
+
+
+_BY_BACKEND = {"triton": _triton, "mosaic_gpu": _mosaic_gpu, "mosaic_tpu": _mosaic_tpu}
+
+
+def requirements(spec: KernelSpec, variant: Variant) -> list:
+    """Every requirement the backend has of a call, constraints first."""
+    rule = _BY_BACKEND.get(variant.backend)
+    return constraints(spec, variant) + (rule(spec, variant) if rule else [])
+
+
+def itemsizes(spec: KernelSpec, variant: Variant) -> list:
+    """(name, Python source of its itemsize) for every operand and array scratch, the inputs
+    read from the call's arrays."""
+    out = []
+    by_name = {o.name: o for o in spec.operands}
+
+    def of(o) -> str:
+        if o.role == "input" and o.follows is None:
+            return f"jnp.dtype({o.name}.dtype).itemsize"
+        if o.follows is not None:
+            return of(by_name[o.follows])
+        return repr(dt.itemsize(o.dtypes[0]))
+
+    for o in spec.operands:
+        out.append((o.name, of(o)))
+    for s in variant.scratch:
+        if s.kind == "array" and s.dtype is not None:
+            out.append((s.name, of(by_name[s.dtype]) if s.dtype in by_name else repr(dt.itemsize(s.dtype))))
+    return out
