@@ -378,7 +378,7 @@ def bench(
                 ceilings = (measured["bandwidth_gbs"], measured["tflops_bf16"])
                 roofline = f"measured here: copy {ceilings[0]:.0f} GB/s, bf16 matmul {ceilings[1]:.1f} TFLOP/s"
                 typer.echo(f"ceilings: {roofline}")
-            cases = list(case or []) + _family_cases(results, family)
+            cases = _chosen_cases(results, case, family)
             tasks, skipped = bn.plan(results, backends=backend or [], cases=cases, seed=seed,
                                      samples=samples, platform=info["platform"], ceilings=ceilings,
                                      suite="sweep" if sweep else "bench")
@@ -463,7 +463,7 @@ def tune(
         raise typer.Exit(2)
     results, session, seed = _start_run(paths, backend, seed, timeout, cases=case,
                                         case_kind="sweep" if sweep else "bench", out=out, families=family, sweep=sweep)
-    case = list(case or []) + _family_cases(results, family)
+    case = _chosen_cases(results, case, family)
     info = session.info
     started = time.monotonic()
     failed = False
@@ -704,10 +704,14 @@ def _stream_with_progress(session, task, started: int, total: int):
         yield row
 
 
-def _family_cases(results, families) -> list:
-    """The case names of the named families (none: [])."""
-    return [c.name for r in results if r.spec is not None for f in r.spec.families if f.name in (families or [])
-            for c in f.cases]
+def _chosen_cases(results, cases, families) -> list:
+    """The case names a run is held to ([]: every case): those named with --case, those of the
+    families named with --family, and with both, the named cases of those families."""
+    if not families:
+        return list(cases or [])
+    in_families = [c.name for r in results if r.spec is not None for f in r.spec.families if f.name in families
+                   for c in f.cases]
+    return [c for c in in_families if c in cases] if cases else in_families
 
 
 def _start_run(paths, backends, seed, timeout, devices=None, cases=None, case_kind="cases", out=None,
@@ -739,6 +743,9 @@ def _start_run(paths, backends, seed, timeout, devices=None, cases=None, case_ki
         if missing:
             typer.echo(f"error: no family named {missing[0]!r} in the selected specs; known: {', '.join(declared)}",
                        err=True)
+            raise typer.Exit(2)
+        if cases and families and not _chosen_cases(results, cases, families):
+            typer.echo(f"error: no case named {', '.join(cases)} in the families {', '.join(families)}", err=True)
             raise typer.Exit(2)
     drift = v.stale(results)
     if drift:

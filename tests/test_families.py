@@ -104,6 +104,19 @@ def test_sweep_usage_errors(kspec, write_spec):
     assert r.rc == 2 and "error: --family needs --sweep" in r.err
 
 
+def test_case_and_family_together_select_the_named_cases_of_that_family(kspec, write_spec, tmp_path):
+    two = SPEC.replace("    dtype: float32\nbackends:", "    dtype: float32\n  wide:\n    dims: {M: [8], N: [32]}\n"
+                       "    dtype: float32\nbackends:")
+    path = write_spec(two)
+    assert kspec("generate", str(path)).rc == 0
+    r = kspec("bench", str(path), "--sweep", "--family", "small", "--case", "small_M8_N16", "--samples", "3",
+              "--seed", "1", "--json", "out.json", timeout=300)
+    assert r.rc == 0, r.both
+    assert [x["case"] for x in json.loads((tmp_path / "out.json").read_text())["results"]] == ["small_M8_N16"]
+    r = kspec("bench", str(path), "--sweep", "--family", "small", "--case", "wide_M8_N32")
+    assert r.rc == 2 and "error: no case named wide_M8_N32 in the families small" in r.err, r.both
+
+
 def test_tune_sweep_records_each_bucket_and_a_rerun_skips_them(kspec, write_spec, tmp_path):
     path = write_spec(SPEC.replace("N: [3, 4, 16]", "N: [4, 16]"))
     assert kspec("generate", str(path)).rc == 0
