@@ -19,7 +19,7 @@ import typer
 from kspec import __version__
 from kspec.codegen import project as pipeline
 from kspec.codegen.emit import writer
-from kspec.codegen.diagnostics import Diagnostic, printable
+from kspec.codegen.diagnostics import CHECK_ONLY, Diagnostic, printable
 from kspec.codegen.run.tasks import DEFAULT_SCHEDULES
 
 EPILOG = """
@@ -34,6 +34,8 @@ Examples:
   kspec generate --check               # exit 1 and list files that drifted
 
   kspec verify --backend interpret     # run every case against the reference
+
+  kspec explain E602                   # what a diagnostic code means and how to fix it
 """
 
 app = typer.Typer(
@@ -123,11 +125,13 @@ def main(
     """kspec: declare JAX Pallas kernels in YAML; check, generate, verify, bench and tune them."""
 
 
-def _report(compiled: pipeline.Compiled) -> None:
-    """Print a file's diagnostics: with the YAML line and a caret on a terminal, plain when piped."""
+def _report(compiled: pipeline.Compiled, lint: bool = False) -> None:
+    """Print a file's diagnostics: with the YAML line and a caret on a terminal, plain when piped.
+    The warnings about a spec's cases (CHECK_ONLY) only with `lint`: `kspec check` shows them."""
     lines = compiled.text.splitlines() if sys.stdout.isatty() else None
     for diag in compiled.diagnostics:
-        typer.echo(diag.format(lines))
+        if lint or diag.code not in CHECK_ONLY:
+            typer.echo(diag.format(lines))
 
 
 def _use_project(out: Optional[Path] = None) -> "pipeline.Project":
@@ -144,17 +148,18 @@ def _use_project(out: Optional[Path] = None) -> "pipeline.Project":
     return project
 
 
-def _compile_all(paths: Optional[List[Path]], out: Optional[Path] = None) -> list:
+def _compile_all(paths: Optional[List[Path]], out: Optional[Path] = None, cache=None, lint: bool = False) -> list:
+    """Every spec named (default: the project's), checked and reported; `cache`: a function of the
+    project giving the check cache to use (check and generate), else each spec is checked afresh."""
     project = _use_project(out)
     specs = pipeline.discover(paths or [pipeline.relative(project.specs)])
     if not specs:
         where = ", ".join(_shown(p) for p in paths) if paths else _shown(project.specs) + "/"
         typer.echo(f"error: no spec files found (looked in {where})", err=True)
         raise typer.Exit(2)
-    memo: dict = {}
-    results = pipeline.closure([pipeline.compile_spec(p, memo) for p in specs])
+    results = pipeline.compile_all(specs, cache(project) if cache else None)
     for r in results:
-        _report(r)
+        _report(r, lint)
     owners: dict = {}
     for r in results:
         if r.ok and owners.setdefault(r.spec.name, r.path) != r.path:
@@ -178,7 +183,7 @@ def _summary(results: list) -> int:
 @app.command(short_help="Check specs; runs no spec code.")
 def check(paths: Optional[List[Path]] = PathsArg) -> None:
     """Validate specs: schema, expressions, shapes, bounds and hardware rules. Runs no spec code."""
-    results = _compile_all(paths)
+    results = _compile_all(paths, cache=pipeline.open_cache, lint=True)
     code = _summary(results)
     if code == 0:
         typer.echo(f"{len(results)} spec(s) OK")
@@ -194,14 +199,15 @@ def generate(
     prune: bool = typer.Option(False, "--prune", help="Also remove generated packages whose spec is gone."),
 ) -> None:
     """Render generated/<kernel>/ for each spec (each package atomically; hand edits are kept unless --force)."""
-    results = _compile_all(paths, out)
+    caches: list = []
+    results = _compile_all(paths, out, cache=lambda project: caches.append(pipeline.open_cache(project)) or caches[0])
     code = _summary(results)
     if code:
         raise typer.Exit(code)
     by_root: dict = {}
     for r in results:
         out_root = pipeline.out_root_for(r.path)
-        by_root.setdefault(out_root, []).append((r, *pipeline.plan(r, out_root)))
+        by_root.setdefault(out_root, []).append((r, *pipeline.plan(r, out_root, caches[0])))
     failed = False
     try:
         for out_root, items in by_root.items():
@@ -279,7 +285,11 @@ def verify(
     seed: Optional[int] = typer.Option(None, "--seed", help="Seed for the random inputs (default: fresh, printed)."),
     json_path: Optional[Path] = typer.Option(None, "--json", callback=_report_path, help="Write results as JSON; - for standard output (see `kspec docs verify`)."),
     junit_path: Optional[Path] = typer.Option(None, "--junit", callback=_report_path, help="Write results as JUnit XML; - for standard output."),
-    lower: bool = typer.Option(False, "--lower", help="Lower each backend for its own platform instead of running."),
+    lower: bool = typer.Option(
+        False, "--lower",
+        help="Lower each backend for its own platform instead of running (mosaic_tpu off a TPU: for a TPU v5e); "
+        "with --devices, the sharded variants on a mesh of N devices.",
+    ),
     timeout: float = typer.Option(300.0, "--timeout", callback=_seconds, help="Seconds allowed per case."),
     repeat: int = typer.Option(1, "--repeat", min=1, help="Run everything with N seeds: seed, seed+1, ..."),
     schedules: int = typer.Option(
@@ -291,26 +301,39 @@ def verify(
     devices: Optional[int] = typer.Option(
         None, "--devices", min=1,
         help="Verify the sharded variants (specs with `sharding:`) on a mesh of N devices instead "
-        "(on the CPU, N forced host devices).",
+        "(on the CPU, N forced host devices); with --lower, lower them.",
+    ),
+    inputs: Optional[List[str]] = typer.Option(
+        None, "--inputs", metavar="KINDS",
+        help="Which input kinds each task runs the kernel on, besides standard normal data: default (one more "
+        "kind per case, the spec's cases taking large, equal_rows, zero_rows and negative_rows in turn), all "
+        "(every kind), normal (none), or kinds, comma-separated or repeated (e.g. --inputs large,zero_rows). "
+        "A failure names the kind.",
     ),
 ) -> None:
     """Run every case x dtype x backend this machine can run against the reference (exit 1 on any failure)."""
     import json
 
     from kspec.codegen import verify as v
+    from kspec.codegen.run import kinds
 
+    try:
+        selection = kinds.parse(inputs)
+    except ValueError as e:
+        typer.echo(f"error: --inputs: {e}", err=True)
+        raise typer.Exit(2)
     with _human_output(json_path, junit_path):
         results, session, seed = _start_run(paths, backend, seed, timeout, devices, cases=case, out=out)
         info = session.info
         if devices:
             tasks, skipped = v.plan_sharded(
                 results, devices=devices, device_count=info["device_count"], backends=backend or [], cases=case or [],
-                seed=seed, platform=info["platform"],
+                seed=seed, platform=info["platform"], lower=lower,
             )
         else:
             tasks, skipped = v.plan(
                 results, backends=backend or [], cases=case or [], seed=seed, lower=lower, platform=info["platform"],
-                repeat=repeat, schedules=schedules,
+                repeat=repeat, schedules=schedules, inputs=selection,
             )
         try:
             outcomes = _run_with_progress(session, tasks)
@@ -523,10 +546,10 @@ reference: |
   return (x.astype(jnp.float32) * w.astype(jnp.float32)).astype(x.dtype)
 cases:
   - {name: square, M: 64, N: 128}
-  - {name: ragged, M: 40, N: 128, dtype: float32}
+  - {name: ragged, M: 44, N: 128, dtype: float32}
 """
 CONFIG = '[tool.kspec]\nspecs = "specs"\nout = "generated"\npackage = "generated"\ntuning = "tuning"\n'
-GITIGNORE = ["generated/.kspec.lock", "__pycache__/"]
+GITIGNORE = ["generated/.kspec.lock", ".kspec/cache/", "__pycache__/"]
 
 
 @app.command(short_help="Make a folder a kspec project.")
@@ -593,6 +616,30 @@ def docs(topic: Optional[str] = typer.Argument(None, help="A page of the manual 
         typer.echo(f"error: no page {topic!r}" + (f" ({hint})" if hint else "") + f"; pages: {', '.join(sorted(pages))}", err=True)
         raise typer.Exit(2)
     typer.echo(pages[topic].read_text(encoding="utf-8"), nl=False)
+
+@app.command(short_help="Explain a diagnostic code.")
+def explain(code: str = typer.Argument(..., help="A diagnostic code, e.g. E602 or W900.", show_default=False)) -> None:
+    """Print what a diagnostic code means, an example and the fix: its section of the manual's
+    diagnostics page (`kspec docs diagnostics` prints all of them)."""
+    from importlib import resources
+
+    from kspec.codegen.diagnostics import CODES, did_you_mean
+
+    wanted = code.strip().upper()
+    if wanted not in CODES:
+        hint = did_you_mean(wanted, CODES)
+        typer.echo(f"error: no diagnostic {code!r}" + (f" ({hint})" if hint else "")
+                   + "; `kspec docs diagnostics` lists them all", err=True)
+        raise typer.Exit(2)
+    text = (resources.files("kspec") / "docs" / "diagnostics.md").read_text(encoding="utf-8")
+    lines, out = text.splitlines(), []
+    for line in lines:
+        if out and line.startswith("#"):
+            break
+        if out or line.startswith(f"### {wanted}:"):
+            out.append(line)
+    typer.echo("\n".join(out).rstrip() if out else f"{wanted}: {CODES[wanted]}")
+
 
 @app.command(short_help="Print the JSON Schema of specs or tuning files.")
 def schema(

@@ -56,7 +56,10 @@ def compile_spec(path: Path, memo: dict | None = None, _stack: tuple = ()) -> Co
         if spec.vjp is not None:
             backward, found = _link(path, spec, not any(d.severity == "error" for d in diags), memo, _stack + (key,))
             diags = sorted(diags + found, key=lambda d: (d.loc, d.code))
-        compiled = Compiled(path, text, spec, diags + stale_tuning(spec, path), backward)
+        diags = diags + stale_tuning(spec, path)
+        if any(d.severity == "error" for d in diags):  # W902 speaks of the cases of a valid spec
+            diags = [d for d in diags if d.code != "W902"]
+        compiled = Compiled(path, text, spec, diags, backward)
     except SpecError as e:
         compiled = Compiled(path, text, None, e.diagnostics)
     except (RecursionError, MemoryError) as e:
@@ -87,6 +90,28 @@ def _link(path: Path, spec: model.KernelSpec, valid: bool, memo: dict, stack: tu
             found.append(vjp.invalid(entry, sum(d.severity == "error" for d in c.diagnostics)))
     found += vjp.check(spec, linked, per_case=valid and len(linked) == len(spec.vjp.backward))
     return tuple(compiled), found
+
+
+def compile_all(paths: list, cache=None) -> list:
+    """Each spec compiled (or, where `cache` holds an entry whose sources are unchanged, its cached
+    result: see codegen/cache.py), then `closure`."""
+    memo: dict = {}
+    out = []
+    for path in paths:
+        found = cache.get(path) if cache is not None else None
+        if found is None:
+            found = compile_spec(path, memo)
+            if cache is not None:
+                cache.put(found)
+        out.append(found)
+    return closure(out)
+
+
+def open_cache(project):
+    """The project's check cache (codegen/cache.py)."""
+    from kspec.codegen import cache
+
+    return cache.Cache(project, lambda path, name: relative(tuning_dir(out_root_for(path))) / name)
 
 
 def closure(results: list) -> list:
@@ -287,8 +312,22 @@ def out_root_for(spec_path: Path) -> Path:
     return current(spec_path.resolve().parent).out
 
 
-def plan(compiled: Compiled, out_root: Path) -> tuple:
-    """(kernel_dir, {path: full text}) for a valid spec."""
+def plan(compiled, out_root: Path, cache=None) -> tuple:
+    """(kernel_dir, {path: full text}) for a valid spec: a `Compiled`, or a cached result (whose
+    rendered files the cache keeps, else it is compiled again)."""
+    if not isinstance(compiled, Compiled):
+        kept = compiled.files.get(str(out_root))
+        if kept is not None:
+            kernel_dir = out_root / compiled.spec.name
+            return kernel_dir, {out_root / name: text for name, text in kept.items()}
+        compiled = compile_spec(compiled.path)
+    kernel_dir, planned = _render(compiled, out_root)
+    if cache is not None:
+        cache.put(compiled, {str(out_root): {p.relative_to(out_root).as_posix(): t for p, t in planned.items()}})
+    return kernel_dir, planned
+
+
+def _render(compiled: Compiled, out_root: Path) -> tuple:
     spec = compiled.spec
     shown = Path(os.path.relpath(compiled.path.resolve(), out_root.resolve().parent)).as_posix()
     kernel_dir = out_root / spec.name

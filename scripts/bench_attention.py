@@ -1,6 +1,6 @@
 """Flash attention forward: kspec's generated Triton kernel side by side with jax's Pallas
 Triton `mha` and cuDNN (`jax.nn.dot_product_attention(implementation="cudnn")`), one process,
-sampled in alternation (codegen/timing.py), after a correctness check of each against a
+sampled in alternation (codegen/run/timing.py), after a correctness check of each against a
 float32 reference. bf16, B4 S4096 H32 D128, causal and not. kspec's speedup over each is the
 median of the per-round ratios, with a 95% interval.
 
@@ -67,7 +67,7 @@ def main() -> None:
         times = timing.sample({n: functools.partial(f, q, k, v) for n, f in fns.items()}, samples=args.samples)
         for name in fns:
             st = timing.stats(times[name])
-            # kspec's speedup over it round by round, with a 95% interval (codegen/timing.py).
+            # kspec's speedup over it round by round, with a 95% interval (codegen/run/timing.py).
             speedup, lo, hi = timing.ratio(times[name], times["kspec triton"])
             rows.append({
                 "causal": causal, "impl": name, "ms": st["median_ms"], "p10_ms": st["p10_ms"], "p90_ms": st["p90_ms"],

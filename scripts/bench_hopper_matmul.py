@@ -1,11 +1,12 @@
 """kspec's Mosaic GPU matmuls against XLA and against jax's own Hopper matmul, in the same rounds.
 
-The anchor figures put jax's `hopper_matmul_mgpu` at 748 TFLOP/s and XLA's matmul at 658 on an
-H200 (1.137x), but measured one after the other, in short bursts. This script samples XLA's
-`jnp.dot`, the generated `matmul_persistent` and `matmul_pingpong` (tuned configs) and
-`hopper_matmul_mgpu` at a few configs in alternation, the way `kspec bench` does, after checking
-each against XLA, and reports every median and the paired ratios (round by round, with a 95%
-interval for their median: codegen/timing.py).
+Timed one after the other in short bursts, each at the clock it finds, two GPU kernels compare
+differently than in the same rounds under sustained load. This script samples XLA's `jnp.dot` (in
+two forms: float32 accumulation then a cast to bf16, and a plain bf16 `jnp.dot`), the generated
+`matmul_persistent` and `matmul_pingpong` (tuned configs) and jax's `hopper_matmul_mgpu` at a few
+configs in alternation, the way `kspec bench` does, after checking each against XLA, and reports
+every median and the paired ratios (round by round, with a 95% interval for their median:
+codegen/run/timing.py).
 
     python3 scripts/bench_hopper_matmul.py [--size 8192] [--samples 40] [--json out.json]
 
@@ -23,7 +24,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-# The anchors' best config (128x128 per warpgroup, warpgroups side by side in N: a 128x256 CTA tile,
+# hopper_matmul_mgpu's best published config (128x128 per warpgroup, warpgroups side by side in N: a 128x256 CTA tile,
 # planar snake along N, 4 wide), then the same with 2-CTA clusters sharing B as kspec's kernels do.
 _BASE = {"tile_m": 128, "tile_n": 128, "grid_minor_dim": "N", "wg_dimension": "N"}
 HOPPER_CONFIGS = {

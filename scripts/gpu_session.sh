@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# One GPU session: everything kspec proves and measures on an NVIDIA GPU.
+# Everything kspec proves and measures on an NVIDIA GPU, in one run (docs/results/ holds the figures).
 #
 #   bash scripts/gpu_session.sh [STEP...]   steps: verify lower tune random bench attention hopper profile
 #                                            verify-norms verify-tma tune-sweep generate sweep
@@ -8,12 +8,12 @@
 # SWEEP_SPECS, SWEEP_FAMILY (a family's name, or "all"), SWEEP_ARGS (e.g. --case NAME), SWEEP_SAMPLES, TUNE_BUDGET (seconds) and TUNE_ARGS
 # shape the sweep steps.
 #
-# On the lent GPU machine (jax + CUDA plugin installed, no jsonschema) the jsonschema
-# wheels travel in .whl/ (git-ignored; copy ../shared/wheels-py312/*.whl there). Results
-# go to $OUT (or ./out): verify-gpu.json, tuning.tgz (unpack at the repo root, then
+# The machine needs jax with its CUDA plugin; where it lacks jsonschema and has no network, put
+# the jsonschema wheels (and their dependencies) in .whl/ (git-ignored) and they are installed
+# from there. Results go to $OUT (or ./out): verify-gpu.json, tuning.tgz (unpack at the repo root, then
 # `kspec generate` embeds the configs), bench.json, bench.md, bench.png, attention.json, hopper.json, and
 # ncu-details.csv / ncu-raw.csv.gz (profile: Nsight Compute over the 8192^3 matmuls, where the machine's
-# runtime lets ncu read the counters; under gVisor it cannot, hence the timeout).
+# runtime lets ncu read the counters; a sandboxed runtime may not, hence the timeout).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-out}

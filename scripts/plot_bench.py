@@ -1,6 +1,6 @@
 """Plot `kspec bench --json` results from several runs into one figure (needs matplotlib).
 
-    python3 scripts/plot_bench.py docs/runs/a.json docs/runs/b.json -o docs/benchmarks.png
+    python3 scripts/plot_bench.py full.json later.json -o bench.png
 
 A kernel's rows come from the last file that has it, so a later run of a few kernels replaces
 their panels and keeps every other kernel's from the earlier run. Prints which run each

@@ -1,8 +1,8 @@
 """Replay recorded `kspec tune` tables under each search strategy, without a device.
 
-A table from an exhaustive run (tuning/<kernel>/<device>.json, see codegen/tuning.py) holds
+A table from an exhaustive run (tuning/<kernel>/<device>.json, see codegen/spec/tuning.py) holds
 the time of every config of a space. For each backend x case x dtype in it, this runs the
-strategies of codegen/tune.py (the code `kspec tune` runs) over many seeds, answering each
+strategies of codegen/tune/ (the code `kspec tune` runs) over many seeds, answering each
 config with its recorded time, optionally times a log-normal noise of sigma `--noise` (a fresh
 draw per config and seed: a rerun's spread), and counts how often the fastest config a strategy
 timed is within `--within` percent of the recorded best, and how many configs it timed.

@@ -88,6 +88,14 @@ def is_pow2(n):
     return n >= 1 and n & (n - 1) == 0
 
 
+def tpu_packing(dtype):
+    """Elements of `dtype` per 32-bit word as Mosaic TPU stores them (bool as int32; 0 for
+    64-bit types)."""
+    dtype = jax.numpy.dtype(dtype)
+    bits = 32 if dtype == bool else 4 if dtype.name in ("int4", "uint4") else 8 * dtype.itemsize
+    return 32 // bits
+
+
 def shown(names, values):
     """"M=1000, N=768": the dims of a call, for messages."""
     return ", ".join(f"{n}={v}" for n, v in zip(names, values))

@@ -70,6 +70,9 @@ backends:
   mosaic_gpu:
 """
 
+# The valid spec with a case whose N is not a multiple of bs: no W902.
+RAGGED = VALID_SPEC + "  - {name: r, N: 60}\n"
+
 Y_INPUT = ("  x: {shape: [N], dtype: float32}\n", "  x: {shape: [N], dtype: float32}\n  y: {shape: [N], dtype: float32}\n")
 
 # The backward kernel of the valid spec (o = 2x, so dx = 2 * do) for the vjp codes.
@@ -92,6 +95,7 @@ reference: |
   return g * 2
 cases:
   - {name: c, N: 64}
+  - {name: r, N: 60}
 """
 VJP = "vjp:\n  backward:\n    - spec: dx.yaml\n      inputs: {g: grad(o)}\n      grads: {dx: x}\n"
 
@@ -155,8 +159,8 @@ SPECS = {
     "E425": vjp(Y_INPUT),
     "E426": vjp(("spec: dx.yaml", "spec: bad.yaml"), dx=None),
     "E427": vjp(dx=mutate(DX, ("g: {shape: [N], dtype: float32}", "g: {shape: [N], dtype: bfloat16}"))),
-    "E428": vjp(dx=mutate(DX, ("cases:\n  - {name: c, N: 64}", 'constraints: ["N % 128 == 0"]\ncases:\n  - {name: c, N: 128}'))),
-    "E429": vjp(dx=DX + "backends:\n  mosaic_tpu:\n    params: {bs: 64}\n"),
+    "E428": vjp(dx=mutate(DX, ("cases:\n  - {name: c, N: 64}\n  - {name: r, N: 60}", 'constraints: ["N % 128 == 0"]\ncases:\n  - {name: c, N: 128}'))),
+    "E429": vjp(dx=mutate(DX, ("  - {name: r, N: 60}\n", "")) + "backends:\n  mosaic_tpu:\n    params: {bs: 64}\n"),
     "E500": mutate(V, ("{name: c, N: 64}", "{name: c}")),
     "E501": mutate(V, ("cases:", 'constraints:\n  - {expr: "N % 128 == 0", message: N must be a multiple of 128}\ncases:')),
     "E502": mutate(V, (O_BLOCK, 'o: {block_shape: [bs], index_map: "i -> (i + 1,)"}')),
@@ -270,7 +274,7 @@ EXPECTED = {
     "E600": ['specs/bad.yaml:15:28: error[E600]: body: invalid syntax'],
     "E601": ['specs/bad.yaml:15:3: error[E601]: body: import of `torch`', '  = help: generated modules may import only jax, numpy and the standard library'],
     "E602": ['specs/bad.yaml:15:33: error[E602]: body: unknown name `bss`', '  = help: did you mean `bs`?'],
-    "E701": ['specs/bad.yaml:12:3: error[E701]: case `c` (mosaic_tpu): x block dim 0 is 8; on TPU the last block dim must be divisible by 128 for float32 or equal the array dim (64)', '  = help: use a multiple of 128 (e.g. 128) or the full dim'],
+    "E701": ['specs/bad.yaml:12:3: error[E701]: case `c` (mosaic_tpu): x block dim 0 is 8; on TPU a 1-D block must be the whole array dim (64), a multiple of 1024, or a power of two of at least 128 for float32', "  = help: use 128, or the full dim (jax 0.10.2's Mosaic TPU rule for 1-D blocks)"],
     "E702": ['specs/bad.yaml:26:7: error[E702]: case `c` (mosaic_tpu): output o is written by several steps of parallel grid axis 1 (grid points (0, 0) and (0, 1) write the same block)', "  = help: mark grid axis 1 `arbitrary` in dimension_semantics, or index o's blocks by it"],
     "E703": ['specs/bad.yaml:21:3: error[E703]: case `c` (mosaic_tpu): VMEM estimate 1.0 KiB (blocks x 2 buffers 1.0 KiB + scratch) exceeds the limit of 512 bytes', '  = help: use smaller blocks, or raise compiler_params.vmem_limit_bytes'],
     "E704": ['specs/bad.yaml:21:3: error[E704]: mosaic_tpu: dimension_semantics has 2 entries but the kernel has 1 grid axis', '  = help: give one entry per grid axis'],
@@ -305,14 +309,14 @@ ERRORS = sorted(c for c in CODES if c.startswith("E") and c not in ELSEWHERE)
 def test_every_code_has_a_case():
     assert sorted(SPECS) == ERRORS, "give every error code in CODES a bad spec in SPECS"
     assert sorted(EXPECTED) == ERRORS, "pin every code's text in EXPECTED"
-    assert [c for c in CODES if not c.startswith("E")] == ["W900", "W901"], "warnings get their own tests below"
+    assert [c for c in CODES if not c.startswith("E")] == ["W900", "W901", "W902"], "warnings get their own tests below"
     here = Path(__file__).resolve().parent
     for code, where in ELSEWHERE.items():
         assert f"error[{code}]: " in (here / where).read_text(encoding="utf-8"), (code, where)
 
 
 def test_stale_tuning_entries_are_a_warning(kspec, write_spec, tmp_path):
-    write_spec(VALID_SPEC)
+    write_spec(RAGGED)
     table = tmp_path / "tuning" / "tiny" / "NVIDIA_H200.json"
     table.parent.mkdir(parents=True)
     entry = {"backend": "interpret", "bucket": [64], "dtype": "float32", "jax_version": "0.11.2",
@@ -332,7 +336,7 @@ def test_a_tunable_param_no_kernel_reads_is_a_warning(kspec, write_spec):
     """W901: the interpret backend replaces the top-level blocks, so `bs` with choices is read by no
     kernel on it; kspec tune would time one kernel once per choice."""
     spec = mutate(
-        VALID_SPEC,
+        RAGGED,
         ("  bs: 8\n", "  bs: {default: 8, choices: [8, 16]}\n"),
         ("cases:", "backends:\n  interpret:\n    grid: [\"cdiv(N, 32)\"]\n    blocks:\n"
                    "      x: {block_shape: [32], index_map: \"i -> (i,)\"}\n"
@@ -348,7 +352,7 @@ def test_a_tunable_param_no_kernel_reads_is_a_warning(kspec, write_spec):
         "1 spec(s) OK",
     ]
     assert r.rc == 0
-    write_spec(mutate(VALID_SPEC, ("  bs: 8\n", "  bs: {default: 8, choices: [8, 16]}\n")))
+    write_spec(mutate(RAGGED, ("  bs: 8\n", "  bs: {default: 8, choices: [8, 16]}\n")))
     assert kspec("check", "specs/tiny.yaml").out.splitlines() == ["1 spec(s) OK"]  # the top-level blocks read it
 
 
@@ -372,13 +376,75 @@ def test_diagnostic_text(code, kspec, write_spec, tmp_path):
 
 
 def test_valid_spec_is_valid(kspec, write_spec):
-    write_spec(VALID_SPEC)
+    write_spec(RAGGED)
     r = kspec("check", "specs/tiny.yaml")
     assert (r.rc, r.out, r.err) == (0, "1 spec(s) OK\n", "")
 
 
+W902 = [
+    "specs/tiny.yaml:10:8: warning[W902]: grid axis 0 is cdiv(N, bs), but N is a multiple of bs in every case: "
+    "no case runs its partial last block",
+    "  = help: add a case with a ragged edge, e.g. `- {name: ragged, N: 68}` (N = 68 is not a multiple of bs = 8)",
+]
+
+
+def test_a_cdiv_axis_that_no_case_makes_ragged_is_a_warning(kspec, write_spec):
+    """W902: N = 64 in blocks of 8 never runs the partial last block that cdiv(N, bs) is there for;
+    the suggested case passes every check."""
+    write_spec(VALID_SPEC)
+    r = kspec("check", "specs/tiny.yaml")
+    assert (r.rc, r.out.splitlines(), r.err) == (0, W902 + ["1 spec(s) OK"], "")
+    named = mutate(VALID_SPEC, ('grid: ["cdiv(N, bs)"]', 'grid: {i: "cdiv(N, bs)"}'),
+                   ("{name: c, N: 64}", "{name: ragged, N: 64, params: {bs: 16}}"))
+    write_spec(named)
+    assert kspec("check", "specs/tiny.yaml").out.splitlines() == [
+        "specs/tiny.yaml:10:11: warning[W902]: grid axis `i` is cdiv(N, bs), but N is a multiple of bs in every "
+        "case: no case runs its partial last block",
+        "  = help: add a case with a ragged edge, e.g. `- {name: ragged_N, N: 72, params: {bs: 16}}` "
+        "(N = 72 is not a multiple of bs = 16)",
+        "1 spec(s) OK",
+    ]
+
+
+def test_a_cdiv_axis_only_some_backends_run_ragged_names_them(kspec, write_spec):
+    """The triton backend's own block size divides the ragged case's N: only it is named."""
+    write_spec(mutate(RAGGED, ("cases:", "backends:\n  interpret:\n  triton:\n    params: {bs: 4}\ncases:")))
+    assert kspec("check", "specs/tiny.yaml").out.splitlines() == [
+        "specs/tiny.yaml:10:8: warning[W902]: grid axis 0 is cdiv(N, bs), but N is a multiple of bs in every "
+        "case on triton: no case runs its partial last block",
+        "  = help: add a case with a ragged edge, e.g. `- {name: ragged, N: 66}` (N = 66 is not a multiple of bs = 4)",
+        "1 spec(s) OK",
+    ]
+
+
+@pytest.mark.parametrize("edit", [
+    ("cases:", 'constraints: ["N % bs == 0"]\ncases:'),  # the spec rules ragged sizes out
+    ("cases:", 'backends:\n  interpret:\n    constraints: ["N % bs == 0"]\ncases:'),  # the one backend does
+    ("  bs: 8", "  bs: 1"),  # blocks of 1 element: never ragged
+    ('grid: ["cdiv(N, bs)"]', 'grid: ["cdiv(64, bs)"]'),  # no dim to change
+])
+def test_no_ragged_warning_where_no_case_could_be_ragged(kspec, write_spec, edit):
+    write_spec(mutate(VALID_SPEC, edit))
+    r = kspec("check", "specs/tiny.yaml")
+    assert (r.rc, r.out) == (0, "1 spec(s) OK\n"), r.out
+
+
+def test_the_ragged_suggestion_keeps_to_the_hardware_rules(kspec, write_spec):
+    """On mosaic_tpu a block of 8 float32 must be whole 128-lane tiles or the whole dim: N = 68 is
+    refused (E701), so the suggestion is a ragged N that a 128-element block covers."""
+    spec = mutate(VALID_SPEC, ("  bs: 8", "  bs: 128"), ("{name: c, N: 64}", "{name: c, N: 1024}"),
+                  ("cases:", "backends:\n  mosaic_tpu:\ncases:"))
+    write_spec(spec)
+    assert kspec("check", "specs/tiny.yaml").out.splitlines() == [
+        "specs/tiny.yaml:10:8: warning[W902]: grid axis 0 is cdiv(N, bs), but N is a multiple of bs in every case: "
+        "no case runs its partial last block",
+        "  = help: add a case with a ragged edge, e.g. `- {name: ragged, N: 1088}` (N = 1088 is not a multiple of bs = 128)",
+        "1 spec(s) OK",
+    ]
+
+
 def test_valid_vjp_is_valid_and_checks_its_backward_spec(kspec, write_spec):
-    for name, text in vjp().items():
+    for name, text in vjp(("  - {name: c, N: 64}\n", "  - {name: c, N: 64}\n  - {name: r, N: 60}\n")).items():
         write_spec(text, name)
     r = kspec("check", "specs/bad.yaml")
     assert (r.rc, r.out, r.err) == (0, "2 spec(s) OK\n", "")

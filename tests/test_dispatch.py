@@ -8,6 +8,7 @@ module with pallas_call(interpret=True)."""
 
 from __future__ import annotations
 
+import functools
 import importlib
 import importlib.util
 import types
@@ -138,6 +139,121 @@ def test_auto_passes_over_a_backend_that_cannot_run_a_call_and_warns_once(kspec,
         sys.path.remove(str(tmp_path))
         for mod in [m for m in sys.modules if m == "dispatch_out" or m.startswith("dispatch_out.")]:
             del sys.modules[mod]
+
+
+def test_a_call_without_the_params_an_input_shape_uses_takes_their_defaults(kspec, write_spec, tmp_path):
+    """x's shape is [M, bk] with bk tunable, s's is [h] with h a constant param: a call that leaves
+    them out checks the shapes against the resolved values, in the package function and in a
+    backend's own function, and a shape that disagrees with them names the shape it needed."""
+    import sys
+
+    path = write_spec(_WIDTH_SPEC, name="width_param")
+    assert kspec("generate", "--out", "width_out", str(path)).rc == 0
+    sys.path.insert(0, str(tmp_path))
+    try:
+        pkg = importlib.import_module("width_out.width_param")
+        interpret = importlib.import_module("width_out.width_param.interpret")
+        x, s = jnp.arange(128.0).reshape(16, 8), jnp.ones((2,), jnp.float32)
+        assert np.array_equal(pkg.width_param(x, s), x * 2 + 2)
+        assert np.array_equal(interpret.width_param(x, s), x * 2 + 2)
+        wide = jnp.ones((16, 16), jnp.float32)
+        assert np.array_equal(pkg.width_param(wide, s, bk=16), wide * 2 + 2)
+        with pytest.raises(ValueError, match=r"^width_param: x must have shape \(16, 8\), got \(16, 16\)"):
+            pkg.width_param(wide, s)
+        with pytest.raises(ValueError, match=r"^width_param: x must have shape \(16, 8\), got \(16, 16\)"):
+            interpret.width_param(wide, s)
+        with pytest.raises(ValueError, match=r"^width_param: s must have shape \(2,\), got \(3,\)"):
+            pkg.width_param(x, jnp.ones((3,), jnp.float32))
+    finally:
+        sys.path.remove(str(tmp_path))
+        for mod in [m for m in sys.modules if m == "width_out" or m.startswith("width_out.")]:
+            del sys.modules[mod]
+
+
+def test_the_dispatcher_agrees_with_the_mosaic_tpu_lowering_on_1d_blocks(kspec, write_spec, tmp_path):
+    """A 1-D block on Mosaic TPU is the whole dim, a multiple of 1024 or a power of two of at least
+    128 x packing: why_not says so before tracing exactly where the lowering (for the TPU chip
+    `kspec verify --lower` names) refuses the block."""
+    import sys
+
+    from kspec.codegen.run import lowering
+
+    path = write_spec(_VECTOR_SPEC, name="scale_vector")
+    assert kspec("generate", "--out", "vector_out", str(path)).rc == 0
+    sys.path.insert(0, str(tmp_path))
+    try:
+        pkg = importlib.import_module("vector_out.scale_vector")
+        module = importlib.import_module("vector_out.scale_vector.mosaic_tpu")
+        for n, dtype, bs in [(4096, jnp.float32, 128), (4096, jnp.bfloat16, 128), (4096, jnp.bfloat16, 256),
+                             (768, jnp.float32, 384), (6144, jnp.float32, 1536), (6144, jnp.bfloat16, 3072),
+                             (768, jnp.float32, 768)]:
+            x = jax.ShapeDtypeStruct((n,), dtype)
+            why = pkg._dispatch.why_not("mosaic_tpu", x, bs=bs)
+            try:
+                with lowering.target("mosaic_tpu"):
+                    jax.jit(functools.partial(module.scale_vector, bs=bs)).trace(x).lower(lowering_platforms=("tpu",))
+                lowered = None
+            except ValueError as e:
+                lowered = str(e).splitlines()[0]
+            assert (why is None) == (lowered is None), (n, dtype, bs, why, lowered)
+            if why is not None:
+                assert why == (f"x block ({bs},) is not the whole dim, a multiple of 1024 or a power of two of at least "
+                               "128 x packing, as Mosaic TPU needs of a 1-D block")
+    finally:
+        sys.path.remove(str(tmp_path))
+        for mod in [m for m in sys.modules if m == "vector_out" or m.startswith("vector_out.")]:
+            del sys.modules[mod]
+
+
+_VECTOR_SPEC = """\
+kspec: 1
+name: scale_vector
+params:
+  bs: {default: 1024, choices: [256, 512, 1024]}
+inputs:
+  x: {shape: [N], dtype: [float32, bfloat16]}
+outputs:
+  o: {shape: [N], dtype: x}
+grid: ["cdiv(N, bs)"]
+blocks:
+  x: {block_shape: [bs], index_map: "i -> (i,)"}
+  o: {block_shape: [bs], index_map: "i -> (i,)"}
+body: |
+  o_ref[...] = x_ref[...] * 2
+reference: |
+  return x * 2
+cases:
+  - {name: even, N: 4096}
+  - {name: ragged, N: 5000, dtype: float32}
+backends:
+  interpret:
+  mosaic_tpu:
+"""
+
+
+_WIDTH_SPEC = """\
+kspec: 1
+name: width_param
+params:
+  bk: {default: 8, choices: [8, 16], doc: Width of x.}
+  h: {default: 2, doc: Length of s.}
+inputs:
+  x: {shape: [M, bk], dtype: [float32]}
+  s: {shape: [h], dtype: x}
+outputs:
+  o: {shape: [M, bk], dtype: x}
+grid: ["cdiv(M, 8)"]
+blocks:
+  x: {block_shape: [8, bk], index_map: "i -> (i, 0)"}
+  s: {block_shape: [h], index_map: "i -> (0,)"}
+  o: {block_shape: [8, bk], index_map: "i -> (i, 0)"}
+body: |
+  o_ref[...] = x_ref[...] * 2 + jnp.sum(s_ref[...])
+reference: |
+  return x * 2 + jnp.sum(s)
+cases:
+  - {name: c, M: 16}
+"""
 
 
 _SPEC = """\

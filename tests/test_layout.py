@@ -3,7 +3,7 @@
 Every import between modules of kspec counts, including those inside functions (a
 function-level import hides a cycle; it does not remove it). The layers, lowest first:
 
-    codegen (the package docstring) -> diagnostics -> spec -> backends -> checks -> emit -> project -> run -> verify, bench, tune -> cli
+    codegen (the package docstring) -> diagnostics -> spec -> backends -> checks -> emit -> cache -> project -> run -> verify, bench, tune -> cli
 
 A module may import its own layer's modules and lower layers, never a higher one.
 """
@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-LAYERS = ["codegen", "diagnostics", "spec", "backends", "checks", "emit", "project", "run", ("verify", "bench", "tune"), "cli"]
+LAYERS = ["codegen", "diagnostics", "spec", "backends", "checks", "emit", "cache", "project", "run", ("verify", "bench", "tune"), "cli"]
 
 
 def _layer(module: str) -> int:

@@ -20,7 +20,7 @@ def test_init_makes_a_project_that_checks_generates_and_verifies(tmp_path, kspec
         "created .kspec/kspec.schema.json (the schema the specs' $schema comment names, for editors)",
         "created .gitignore",
     ]
-    assert (tmp_path / ".gitignore").read_text().splitlines() == ["generated/.kspec.lock", "__pycache__/"]
+    assert (tmp_path / ".gitignore").read_text().splitlines() == ["generated/.kspec.lock", ".kspec/cache/", "__pycache__/"]
     assert kspec("check").out == "1 spec(s) OK\n"
     assert kspec("generate").rc == 0
     assert kspec("generate", "--check").rc == 0
@@ -38,7 +38,7 @@ def test_init_adds_to_an_existing_pyproject_and_refuses_to_run_twice(tmp_path, k
     assert kspec("init").rc == 0
     text = (tmp_path / "pyproject.toml").read_text()
     assert text.startswith('[project]\nname = "mine"\n') and "[tool.kspec]" in text
-    assert (tmp_path / ".gitignore").read_text().splitlines() == [".venv/", "generated/.kspec.lock", "__pycache__/"]
+    assert (tmp_path / ".gitignore").read_text().splitlines() == [".venv/", "generated/.kspec.lock", ".kspec/cache/", "__pycache__/"]
     r = kspec("init")
     assert r.rc == 2
     assert r.out.splitlines() == [

@@ -67,13 +67,73 @@ def test_verify_devices_8(kspec, repo_copy):
         ("matmul_ksplit", "mosaic_tpu"), ("softmax_rows", "mosaic_tpu"), ("softmax_rows", "interpret")
     }
     assert all(row[5] == "pass" for row in rows)
-    assert "skipped 2 interpret task(s): interpret=True pallas_calls fail inside shard_map(check_vma=True)" in r.out
+    assert "skipped 4 interpret task(s): interpret=True pallas_calls fail inside shard_map(check_vma=True)" in r.out
+    assert "skipped 1 mosaic_tpu task(s): mosaic_tpu needs N in whole blocks of bn" in r.out
 
 
 def test_verify_devices_reports_a_mesh_that_does_not_fit(kspec, repo_copy):
     r = kspec("verify", "specs/matmul_2d.yaml", "--devices", "3", "-b", "mosaic_tpu", cwd=repo_copy, timeout=120)
     assert r.rc == 0, r.both
-    assert "skipped 3 mosaic_tpu task(s): mesh (data=devices, model=2) needs a multiple of 2 devices, have 3" in r.out
+    assert "skipped 5 mosaic_tpu task(s): mesh (data=devices, model=2) needs a multiple of 2 devices, have 3" in r.out
+
+
+# A sharded kernel with 1-D blocks: lowering its shard_map for Mosaic TPU needs a TPU chip.
+SHARDED_VECTOR = """\
+kspec: 1
+name: scale_shards
+params:
+  bs: {default: 1024, choices: [256, 1024]}
+inputs:
+  x: {shape: [N], dtype: [float32, bfloat16]}
+outputs:
+  o: {shape: [N], dtype: x}
+grid: ["cdiv(N, bs)"]
+blocks:
+  x: {block_shape: [bs], index_map: "i -> (i,)"}
+  o: {block_shape: [bs], index_map: "i -> (i,)"}
+body: |
+  o_ref[...] = x_ref[...] * 2
+reference: |
+  return x * 2
+sharding:
+  mesh: {d: devices}
+  specs:
+    x: [d]
+    o: [d]
+cases:
+  - {name: c, N: 8192, dtype: float32}
+backends:
+  interpret:
+  triton:
+  mosaic_tpu:
+"""
+
+
+def test_verify_lower_with_devices_lowers_the_sharded_variants(kspec, repo_copy):
+    """`--lower --devices N` lowers each sharded function on a mesh of N devices for its backend's
+    platform (Mosaic TPU for a named chip), where `--devices N` alone would run it."""
+    import json
+    import re
+
+    (repo_copy / "specs" / "scale_shards.yaml").write_text(SHARDED_VECTOR)
+    assert kspec("generate", "specs/scale_shards.yaml", cwd=repo_copy).rc == 0
+    r = kspec("verify", "specs/softmax_rows.yaml", "specs/scale_shards.yaml", "--lower", "--devices", "2",
+              "--case", "square", "--case", "c", "--json", "lower.json", cwd=repo_copy, timeout=120)
+    assert r.rc == 0, r.both
+    rows = json.loads((repo_copy / "lower.json").read_text())["results"]
+    ran = [(x["kernel"], x["backend"], x["dtype"], x["mode"], x["status"]) for x in rows if x["status"] != "skip"]
+    assert ran == [
+        ("softmax_rows", "triton", "float32", "lower-sharded", "pass"),
+        ("softmax_rows", "triton", "bfloat16", "lower-sharded", "pass"),
+        ("softmax_rows", "mosaic_tpu", "float32", "lower-sharded", "pass"),
+        ("softmax_rows", "mosaic_tpu", "bfloat16", "lower-sharded", "pass"),
+        ("scale_shards", "triton", "float32", "lower-sharded", "pass"),
+        ("scale_shards", "mosaic_tpu", "float32", "lower-sharded", "pass"),
+    ]
+    said = {x["backend"]: re.sub(r" \(\d+ characters of StableHLO\)$", "", x["message"]) for x in rows if x["status"] == "pass"}
+    assert said == {"triton": "lowered for cuda on a mesh of 2 devices",
+                    "mosaic_tpu": "lowered for tpu (TPU v5 lite) on a mesh of 2 devices"}
+    assert "skipped 3 interpret task(s): nothing to lower: runs in interpret mode" in r.out
 
 
 def test_two_processes_with_jax_distributed():

@@ -100,6 +100,41 @@ def test_prefetch_index_read_past_the_end_of_the_ref_is_reported(tmp_path):
     assert any(m.startswith("E303: case `c`: t.index_map: `idx[i + 1]` reads index 4 of 4") for m in messages(tmp_path, text))
 
 
+def test_an_output_map_that_ignores_its_prefetch_ref_is_checked_for_coverage(kspec, write_spec):
+    """E503 with a scalar-prefetch input: o's map takes `idx` but gives (i, 0) whatever it holds,
+    so a grid one short of G leaves o's last block unwritten."""
+    path = write_spec(mutate(GATHER, ("grid: [G]", 'grid: ["G - 1"]')), "gat")
+    r = kspec("check", path)
+    assert (r.rc, r.out.splitlines()) == (2, [
+        "specs/gat.yaml:11:3: error[E503]: case `c`: output o is not fully written: block (3, 0) "
+        "(elements [24:32, 0:128]) is never visited by the grid",
+        "  = help: make the grid and index_map reach every block of the output",
+        "1 error(s) in 1 of 1 spec(s)",
+    ])
+
+
+def test_an_output_map_that_reads_its_prefetch_ref_is_not_judged_by_coverage(kspec, write_spec):
+    """Where o's blocks come from the prefetched values (a scatter), which blocks get written
+    depends on data the check does not have: no E503, however short the grid."""
+    text = mutate(GATHER, ("grid: [G]", 'grid: ["G - 1"]'), ('bound: "R // 8"', "bound: G"),
+                  ('t: {block_shape: [8, 128], index_map: "i, idx -> (idx[i], 0)"}',
+                   't: {block_shape: [8, 128], index_map: "i, idx -> (i, 0)"}'),
+                  ('o: {block_shape: [8, 128], index_map: "i, idx -> (i, 0)"}',
+                   'o: {block_shape: [8, 128], index_map: "i, idx -> (idx[i], 0)"}'))
+    assert kspec("check", write_spec(text, "gat")).rc == 0
+
+
+def test_prefetch_refs_are_bound_by_position_whatever_the_index_map_calls_them(kspec, write_spec):
+    """The bounds check gives the map's own parameter `s` the values of `idx`, and says so."""
+    text = mutate(GATHER, ('"i, idx -> (idx[i], 0)"', '"i, s -> (s[i] + 1, 0)"'))
+    r = kspec("check", write_spec(text, "gat"))
+    assert (r.rc, r.out.splitlines()[:2]) == (2, [
+        "specs/gat.yaml:10:41: error[E502]: case `c`: t.index_map at grid point (0,) with s[...] = 7 gives "
+        "block index (8, 0); dim 0 is 8, valid 0..7",
+        "  = help: t dim 0 has 64 elements in blocks of 8",
+    ])
+
+
 @pytest.mark.parametrize(
     "change, expected",
     [
@@ -109,6 +144,8 @@ def test_prefetch_index_read_past_the_end_of_the_ref_is_reported(tmp_path):
         (('bound: "R // 8"', "of: t, dim: 3"), "E411: idx.init: dim 3 of t, which has rank 2"),
         (('bound: "R // 8"', "of: u"), "E411: idx.init: `of` names unknown operand `u`"),
         (('bound: "R // 8"', 'bound: "R // bz"'), "E411: idx.init: unknown name `bz`"),
+        (("prefetch: true, init", "prefetch: true, kinds: [large], init"),
+         "E411: idx.kinds: a scalar-prefetch input holds indices; it takes no input kinds"),
     ],
 )
 def test_prefetch_and_init_rules(tmp_path, change, expected):
@@ -218,6 +255,23 @@ def test_backend_surface_rules(tmp_path, backends, expected):
     assert expected in messages(tmp_path, VALID_SPEC + "backends:\n" + backends)
 
 
+def test_padded_element_dims_are_refused_on_triton_only(kspec, write_spec):
+    """Pallas Triton's lowering refuses pl.Element with padding (jax 0.10.2: "Unblocked indexing with
+    padding is not supported in Triton lowering"); interpret takes it, and an unpadded element
+    dim is fine on triton."""
+    padded = mutate(VALID_SPEC, (X_BLOCK, 'x: {block_shape: [{element: 16, padding: [4, 4]}], index_map: "i -> (i * 8,)"}'),
+                    ("o_ref[...] = x_ref[...] * 2", "o_ref[...] = x_ref[4:12] * 2"))
+    r = kspec("check", write_spec(padded + "backends:\n  interpret:\n  triton:\n"))
+    assert (r.rc, r.out.splitlines()) == (2, [
+        "specs/tiny.yaml:12:20: error[E413]: triton: x: block dim 0 is element with padding [4, 4], which triton does not take",
+        "  = help: triton takes element dims without padding: drop `padding`, or pad the array before the call",
+        "1 error(s) in 1 of 1 spec(s)",
+    ])
+    assert kspec("check", write_spec(padded + "backends:\n  interpret:\n")).rc == 0
+    unpadded = mutate(VALID_SPEC, (X_BLOCK, 'x: {block_shape: [{element: 8}], index_map: "i -> (i * 8,)"}'))
+    assert kspec("check", write_spec(unpadded + "backends:\n  interpret:\n  triton:\n")).rc == 0
+
+
 def test_scratch_kinds_render_for_their_backends(tmp_path):
     tpu = VALID_SPEC + (
         "backends:\n  mosaic_tpu:\n    params: {bs: 64}\n    scratch:\n"
@@ -251,7 +305,8 @@ def test_scratch_dtype_may_follow_an_input(tmp_path):
     over = ("E721: case `c` (mosaic_gpu): shared memory estimate 314 KiB (blocks x 1 steps 0 KiB + scratch) "
             "exceeds 227 KiB per block on Hopper")
     assert messages(tmp_path, big.replace("{name: c, N: 64}", "{name: c, N: 64, dtype: float32}")) == [over]
-    assert messages(tmp_path, big.replace("{name: c, N: 64}", "{name: c, N: 64, dtype: bfloat16}")) == []
+    fits = messages(tmp_path, big.replace("{name: c, N: 64}", "{name: c, N: 64, dtype: bfloat16}"))
+    assert [m for m in fits if not m.startswith("W902")] == []
     unknown = spec + "backends:\n  mosaic_gpu:\n    scratch:\n      m: {shape: [8], dtype: xx}\n"
     assert messages(tmp_path, unknown) == ["E401: scratch m: unknown dtype `xx`"]
     assert [d.hint for d in compiled(tmp_path, unknown).diagnostics] == ["did you mean `x`?"]
@@ -355,7 +410,8 @@ def test_shipped_surface_specs_verify_and_lower(tmp_path):
     for kernel in ("gather_rows", "accumulate", "dma_copy", "shift_diff"):
         assert {(kernel, "interpret"), (kernel, "mosaic_tpu")} <= ran
     # mosaic_tpu ran under the default multi-core sweep: both DMA modes, 1 and 2 cores, bitwise alike
-    sweeps = {tuple((s["dma_execution_mode"], s["cores"]) for s in x["schedules"]) for x in rows if x["backend"] == "mosaic_tpu"}
+    sweeps = {tuple((s["dma_execution_mode"], s["cores"]) for s in x["schedules"])
+              for x in rows if x["backend"] == "mosaic_tpu" and x["status"] != "skip"}
     assert sweeps == {(("on_wait", 2), ("eager", 1), ("eager", 2), ("on_wait", 1))}
     r = invoke_kspec("verify", "--lower", *SURFACE_SPECS, "--seed", "3", cwd=ROOT, timeout=300)
     assert r.rc == 0, r.both[-3000:]

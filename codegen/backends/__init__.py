@@ -24,6 +24,7 @@ class Backend:
     # What of the pallas_call surface it takes (checks read these; E410, E412 to E414):
     memory_spaces: tuple = ()  # block memory_space values
     block_kinds: tuple = ("blocked", "squeezed")  # block_shape entry kinds
+    element_padding: bool = False  # element dims may have padding, pl.Element(n, (low, high))
     scratch_kinds: tuple = ("array",)
     prefetch: bool = False  # scalar-prefetch inputs (pltpu.PrefetchScalarGridSpec)
     aliases: bool = True  # input_output_aliases
@@ -48,6 +49,7 @@ BACKENDS: dict = {
             interpret="True",
             memory_spaces=TPU_MEMORY_SPACES,
             block_kinds=ALL_BLOCK_KINDS,
+            element_padding=True,
             scratch_kinds=TPU_SCRATCH_KINDS,
             prefetch=True,
             pipeline_mode=True,
@@ -59,6 +61,7 @@ BACKENDS: dict = {
             lowering_platform="cuda",
             compiler_params_class="pltriton.CompilerParams",
             imports=("from jax.experimental.pallas import triton as pltriton",),
+            # element dims, but unpadded: its lowering refuses pl.Element padding (jax 0.10.2)
             block_kinds=("blocked", "squeezed", "element"),
             # any: the whole array, which the body indexes itself (e.g. a persistent row loop)
             memory_spaces=("any",),
@@ -86,6 +89,7 @@ BACKENDS: dict = {
             interpret="interpret",
             memory_spaces=TPU_MEMORY_SPACES,
             block_kinds=ALL_BLOCK_KINDS,
+            element_padding=True,
             scratch_kinds=TPU_SCRATCH_KINDS,
             prefetch=True,
             pipeline_mode=True,

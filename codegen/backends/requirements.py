@@ -8,7 +8,8 @@ tracing, and backend="auto" passes over a backend that cannot run the call:
     stores it through masks over a power-of-two range);
   Mosaic GPU: a TMA copy moves at most 256 elements along each dim of the (tiled) block, and
     blocks x pipeline depth + shared-memory scratch fit 227 KiB;
-  Mosaic TPU: the last two dims of a VMEM block tile by (8 x packing, 128) or are whole;
+  Mosaic TPU: the last two dims of a VMEM block tile by (8 x packing, 128) or are whole (a
+    1-D block: the whole dim, a multiple of 1024, or a power of two of at least 128 x packing);
   every backend: the spec's constraints that read params, and the backend's own.
 
 Each requirement is a condition and the reason it gives when it fails, both Python source
@@ -164,6 +165,9 @@ def _mosaic_tpu(spec: KernelSpec, variant: Variant) -> list:
         if block is None or block.block_shape is None or block.memory_space in ("any", "hbm", "smem") or op.prefetch:
             continue
         n = len(op.shape)
+        if n == 1:
+            out += _tpu_1d(spec, op, block)
+            continue
         conds = []
         for d in range(max(0, n - 2), n):
             b, a = block.block_shape[d], op.shape[d]
@@ -178,6 +182,30 @@ def _mosaic_tpu(spec: KernelSpec, variant: Variant) -> list:
                 f"{_lit(op.name + ' block ')} + str({_tuple_src(block.block_shape)}) + "
                 f"{_lit(' does not tile by (8 x packing, 128) on TPU')}"))
     return out
+
+
+def _dtype_src(spec: KernelSpec, op) -> str:
+    """Python source of the operand's dtype in a call: an input's own, or a fixed dtype's name."""
+    if op.role == "input" and op.follows is None:
+        return f"{op.name}.dtype"
+    if op.follows is not None:
+        return _dtype_src(spec, spec.operand(op.follows))
+    return repr(op.dtypes[0])
+
+
+def _tpu_1d(spec: KernelSpec, op, block) -> list:
+    """A rank-1 block: jax 0.10.2's rule (rules.tpu_1d_block_ok): the whole dim, a multiple of
+    1024, or a power of two of at least 128 x packing."""
+    b, a = block.block_shape[0], op.shape[0]
+    if b is not None and a is not None and b.shown == a.shown:
+        return []  # the whole dim
+    b_src = "1" if b is None else b.render()
+    least = f"{rules.TPU_LANES} * _runtime.tpu_packing({_dtype_src(spec, op)})"
+    return [Requirement(
+        f"({b_src} == {a.render()} or {b_src} % {rules.TPU_1D_CHUNK} == 0 or "
+        f"({b_src} >= {least} and _runtime.is_pow2({b_src})))",
+        f"{_lit(op.name + ' block ')} + str({_tuple_src(block.block_shape)}) + "
+        f"{_lit(' is not the whole dim, a multiple of 1024 or a power of two of at least 128 x packing, as Mosaic TPU needs of a 1-D block')}")]
 
 
 _BY_BACKEND = {"triton": _triton, "mosaic_gpu": _mosaic_gpu, "mosaic_tpu": _mosaic_tpu}

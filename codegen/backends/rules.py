@@ -78,6 +78,35 @@ def tpu_sublane_tile(dtype: str) -> int:
     return 8 * max(1, 4 // dt.itemsize(dtype))
 
 
+TPU_LANES, TPU_SUBLANES = 128, 8  # a vreg's lanes and sublanes, the same on every TPU generation
+TPU_1D_CHUNK = TPU_SUBLANES * TPU_LANES  # 1024
+
+
+def tpu_packing(dtype: str) -> int:
+    """Elements per 32-bit word as Mosaic TPU stores them, 32 // bits as jax 0.10.2 computes it
+    (bool is stored as int32; 0 for 64-bit types)."""
+    bits = 32 if dtype == "bool" else 4 if dtype == "int4" else 8 * dt.itemsize(dtype)
+    return 32 // bits
+
+
+def tpu_1d_block_ok(block: int, dim: int, dtype: str) -> bool:
+    """jax 0.10.2's rule for a rank-1 VMEM block (jax/_src/pallas/mosaic/lowering.py): the whole
+    array dim, a multiple of 8 x 128 = 1024, or a power of two of at least 128 x packing."""
+    return block == dim or block % TPU_1D_CHUNK == 0 or (
+        block >= TPU_LANES * tpu_packing(dtype) and block & (block - 1) == 0
+    )
+
+
+def _tpu_1d_near(block: int, dtype: str) -> list:
+    """The rank-1 block sizes the rule takes nearest to `block`: the largest below (if any), the
+    smallest above."""
+    least = max(1, TPU_LANES * tpu_packing(dtype))
+    pow2_up = max(least, 1 << (block - 1).bit_length())
+    above = min(pow2_up, -(-block // TPU_1D_CHUNK) * TPU_1D_CHUNK)
+    below = [b for b in (1 << (block.bit_length() - 1), block // TPU_1D_CHUNK * TPU_1D_CHUNK) if least <= b < block]
+    return ([max(below)] if below else []) + [above]
+
+
 def _mosaic_tpu(inst) -> list:
     out = _semantics_length(inst, "dimension_semantics", len(inst.grid), "grid axis", "grid axes")
     out += _semantics_length(inst, "allow_input_fusion", len(inst.spec.inputs), "input", "inputs")
@@ -93,7 +122,10 @@ def _mosaic_tpu(inst) -> list:
 
 
 def tpu_tiling(where: str, name: str, shape: tuple, block: tuple, dtype: str, loc) -> list:
-    """E701 for one block of `shape`: its last two dims tile by (8 x packing, 128) or are whole."""
+    """E701 for one block of `shape`: its last two dims tile by (8 x packing, 128) or are whole;
+    a rank-1 block follows jax's own rule for them (tpu_1d_block_ok)."""
+    if len(shape) == 1:
+        return _tpu_tiling_1d(where, name, shape[0], block[0], dtype, loc)
     out = []
     tiles = [tpu_sublane_tile(dtype), 128][-min(2, len(shape)) :]
     for d, tile in zip(range(len(shape) - len(tiles), len(shape)), tiles):
@@ -113,6 +145,25 @@ def tpu_tiling(where: str, name: str, shape: tuple, block: tuple, dtype: str, lo
             )
         )
     return out
+
+
+def _tpu_tiling_1d(where: str, name: str, dim: int, block, dtype: str, loc) -> list:
+    b = 1 if block is None else block  # a squeezed dim is a block of 1 to Mosaic
+    if tpu_1d_block_ok(b, dim, dtype):
+        return []
+    shown = "squeezed (1)" if block is None else b
+    least = TPU_LANES * tpu_packing(dtype)
+    pow2 = f"a power of two of at least {least} for {dtype}" if least > 1 else f"a power of two for {dtype}"
+    return [
+        Diagnostic(
+            "E701",
+            f"{where}: {name} block dim 0 is {shown}; on TPU a 1-D block must be the whole array dim ({dim}), "
+            f"a multiple of {TPU_1D_CHUNK}, or {pow2}",
+            loc,
+            f"use {' or '.join(map(str, _tpu_1d_near(b, dtype)))}, or the full dim "
+            "(jax 0.10.2's Mosaic TPU rule for 1-D blocks)",
+        )
+    ]
 
 
 def _tpu_block_specs(inst) -> list:

@@ -269,18 +269,43 @@ def _prefetch_fills(inst: Instance) -> list:
     return [(low, f" with {shown(low)}"), (high, f" with {shown(high)}")]
 
 
+def _prefetch_args(inst: Instance, block) -> dict:
+    """The index map's scalar-prefetch parameters, by position after the grid indices: {arg name: input}."""
+    extra = block.index_map.args[len(inst.grid):]
+    return dict(zip(extra, (o.name for o in inst.spec.prefetched)))
+
+
+def _reads_prefetch(inst: Instance, block) -> bool:
+    """Whether the index map's result depends on the scalar-prefetch refs: it reads one of the
+    parameters they are passed as (or a prefetched input by name)."""
+    imap = block.index_map
+    read = frozenset().union(*(r.names for r in imap.results))
+    return bool(read & set(_prefetch_args(inst, block)) or imap.names & {o.name for o in inst.spec.prefetched})
+
+
+def _bind_fill(fill: dict, label: str, args: dict) -> tuple:
+    """A fill keyed by the index map's own parameter names, and its label in those names."""
+    bound = {arg: fill[name] for arg, name in args.items() if name in fill}
+    if not bound:
+        return fill, label
+    return bound, " with " + ", ".join(f"{arg}[...] = {f.value}" for arg, f in bound.items())
+
+
 def _bounds_and_coverage(inst: Instance, budget: list | None = None) -> list:
     out = []
     v, case = inst.variant, inst.case
-    fills = _prefetch_fills(inst)
-    prefetched = {o.name for o in inst.spec.prefetched}
+    all_fills = _prefetch_fills(inst)
     for op in inst.spec.operands:
         block = v.blocks.get(op.name)
         if block is None or block.index_map is None:
             continue
         shape, bshape = inst.shapes[op.name], inst.block_shapes[op.name]
+        # a map that reads the prefetch refs is evaluated at each fill, its parameters bound by
+        # position; one that ignores them gives the same blocks whatever they hold
+        reads = _reads_prefetch(inst, block)
+        fills = [_bind_fill(fill, label, _prefetch_args(inst, block)) for fill, label in all_fills] if reads else [({}, "")]
         points, exhaustive = grid_points(inst.grid, budget, len(fills))
-        exhaustive = exhaustive and not (block.index_map.names | set(block.index_map.args)) & prefetched
+        exhaustive = exhaustive and not reads
         exhaustive_kinds = all(block.kind(d) in (BLOCKED, SQUEEZED) for d in range(len(bshape)))
         exhaustive = exhaustive and exhaustive_kinds
         found, visited, walked = walk_block(inst.env, case.name, op.name, block, shape, bshape, points, fills,

@@ -76,30 +76,56 @@ def check(spec: KernelSpec) -> list[Diagnostic]:
             diags += _case_bindings(spec, case)
         diags += _families(spec)
     if not diags:
-        from kspec.codegen.backends import rules
-
         budget = [MAX_SPEC_GRID_POINTS]  # shared by every case x backend walk of this spec
-        for case in spec.cases + spec.bench:
-            for variant in spec.variants.values():
-                # dtypes change no shape or index map: instantiate (and walk the grid) once per
-                # case x backend, then apply the dtype-dependent hardware rules per combination
-                supported = (d for d in dtype_assignments(spec, case) if variant.supports(d))
-                first = next(supported, None)
-                if first is None or unmet(variant, case):
-                    continue  # the backend does not take this case: verify skips it
-                inst, found = instantiate(spec, variant, case, first, budget=budget)
-                diags += found
-                if inst is not None:
-                    diags += rules.check(inst)
-                    for dtypes in supported:
-                        diags += rules.check(dataclasses.replace(inst, dtypes=dtypes))
+        diags += _per_case(spec, spec.cases + spec.bench, budget)
     if spec.sharding is not None:
         from kspec.codegen.checks import sharding
 
         diags += sharding.check(spec, per_case=not any(d.severity == "error" for d in diags))
     for variant in spec.variants.values():
         diags += _unread_params(spec, variant)
+    if not any(d.severity == "error" for d in diags):
+        from kspec.codegen.checks import ragged
+
+        diags += ragged.check(spec, lambda case: _case_is_valid(spec, case))
     return _unique(diags)
+
+
+def _per_case(spec: KernelSpec, cases: tuple, budget: list | None) -> list:
+    """The per-case checks (E5xx) and backend hardware rules (E7xx) of `cases` on every backend
+    that takes them."""
+    from kspec.codegen.backends import rules
+
+    diags = []
+    for case in cases:
+        for variant in spec.variants.values():
+            # dtypes change no shape or index map: instantiate (and walk the grid) once per
+            # case x backend, then apply the dtype-dependent hardware rules per combination
+            supported = (d for d in dtype_assignments(spec, case) if variant.supports(d))
+            first = next(supported, None)
+            if first is None or unmet(variant, case):
+                continue  # the backend does not take this case: verify skips it
+            inst, found = instantiate(spec, variant, case, first, budget=budget)
+            diags += found
+            if inst is not None:
+                diags += rules.check(inst)
+                for dtypes in supported:
+                    diags += rules.check(dataclasses.replace(inst, dtypes=dtypes))
+    return diags
+
+
+def _case_is_valid(spec: KernelSpec, case: Case) -> bool:
+    """Whether a case that the spec does not declare would pass the per-case checks, the
+    hardware rules and, for a sharded spec, the per-shard checks, on every backend."""
+    if _case_bindings(spec, case) or any(d.severity == "error" for d in _per_case(spec, (case,), [MAX_SPEC_GRID_POINTS])):
+        return False
+    if spec.sharding is not None:
+        from kspec.codegen.checks import sharding
+
+        split, found = sharding.dim_split(spec)
+        if found or sharding.case_checks(spec, case, spec.sharding.sizes(), split):
+            return False
+    return True
 
 
 def _tune_space(v: Variant) -> list:
@@ -428,6 +454,7 @@ def _inits(spec: KernelSpec) -> list:
     out = []
     scope = set(spec.dims) | {p.name for v in spec.variants.values() for p in v.params}
     for op in spec.inputs:
+        out += _input_kinds(spec, op)
         init = op.init
         if init is None:
             continue
@@ -448,6 +475,20 @@ def _inits(spec: KernelSpec) -> list:
         if init.kind == "uniform" and init.low >= init.high:
             out.append(Diagnostic("E411", f"{what}: low {init.low:g} is not below high {init.high:g}", init.loc))
     return out
+
+
+def _input_kinds(spec: KernelSpec, op) -> list:
+    """E411: `kinds` (the input kinds verify runs besides normal data) on an input that can take them."""
+    if not op.kinds:
+        return []
+    dtypes = op.dtypes or next((o.dtypes for o in spec.inputs if o.name == op.follows), None) or ()
+    if op.prefetch:
+        why = "a scalar-prefetch input holds indices"
+    elif dtypes and all(d == "bool" for d in dtypes):
+        why = "a bool input has only its normal data"
+    else:
+        return []
+    return [Diagnostic("E411", f"{op.name}.kinds: {why}; it takes no input kinds", op.kinds_loc, "drop `kinds`, or write `kinds: []`")]
 
 
 def _aliases(spec: KernelSpec) -> list:
@@ -504,6 +545,11 @@ def _backend_surface(spec: KernelSpec, v: Variant) -> list:
                 if block.kind(d) not in backend.block_kinds:
                     out.append(Diagnostic("E413", f"{where}: block dim {d} is {block.kind(d)}, which {v.backend} does not take",
                                           block.shape_loc, f"{v.backend} takes {', '.join(backend.block_kinds)} dims"))
+                elif block.kind(d) == "element" and any(block.padding[d]) and not backend.element_padding:
+                    out.append(Diagnostic("E413", f"{where}: block dim {d} is element with padding {list(block.padding[d])}, "
+                                          f"which {v.backend} does not take", block.shape_loc,
+                                          f"{v.backend} takes element dims without padding: drop `padding`, or pad the "
+                                          "array before the call"))
         if block.memory_space is not None and block.memory_space not in backend.memory_spaces:
             allowed = ", ".join(backend.memory_spaces) or "none"
             out.append(Diagnostic("E413", f"{where}: memory_space {block.memory_space} is not one of {v.backend}'s", block.loc,

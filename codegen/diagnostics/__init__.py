@@ -104,7 +104,12 @@ CODES: dict[str, str] = {
     "E807": "more than one mesh axis sized by the device count",
     "W900": "stale tuning entries",
     "W901": "tunable param that a backend's kernel never reads",
+    "W902": "cdiv grid axis that no case makes ragged",
 }
+
+# Warnings about a spec's cases rather than its kernel: `kspec check` shows them; generate, verify,
+# bench and tune, which check first, do not repeat them.
+CHECK_ONLY = frozenset({"W902"})
 
 
 def printable(text: str) -> str:

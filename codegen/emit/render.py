@@ -156,7 +156,9 @@ class _Context:
                 self.bindings += [f"{n} = {op.name}.shape[{i}]" for i, n in fresh]
             bound.update(n for _, n in fresh)
             if len(fresh) != op.rank:
-                self.shape_checks.append((op.name, _tuple(e.render() for e in op.shape)))
+                # the params this shape uses: it is checked once they are known (see signature.py.j2)
+                uses = sorted(set().union(*(e.names for e in op.shape)) - set(spec.dims))
+                self.shape_checks.append((op.name, _tuple(e.render() for e in op.shape), uses))
         names_in_shapes = set().union(*(e.names for o in spec.inputs for e in o.shape))
         self.bind_params = sorted(names_in_shapes - set(spec.dims))
         self.dims_tuple = ", ".join(spec.dims) if spec.dims else "()"

@@ -83,15 +83,15 @@ def grad(task, prep, module, interpret, start: float) -> dict:
 
 
 def lower(task, prep, module, start: float) -> dict:
-    """Lower the forward and backward pass together for the backend's own platform."""
+    """Lower the forward and backward pass together for the backend's own platform (and, off a
+    TPU, a named TPU chip: codegen.run.lowering)."""
     import contextlib
     import io
 
     import jax
 
-    from kspec.codegen.backends import BACKENDS
+    from kspec.codegen.run import lowering
 
-    platform = BACKENDS[task.backend].lowering_platform
     wrt = _wrt(prep)
     fn = _on(module.differentiable(task.backend, tuple(sorted(prep.params.items()))), prep.inputs, wrt)
 
@@ -100,7 +100,8 @@ def lower(task, prep, module, start: float) -> dict:
         return pullback(_like(outs, [_cotangent(o) for o in _flat(outs)]))
 
     shapes = [jax.ShapeDtypeStruct(prep.inputs[i].shape, prep.inputs[i].dtype) for i in wrt]
-    with contextlib.redirect_stderr(io.StringIO()):
-        text = jax.jit(forward_and_backward).trace(*shapes).lower(lowering_platforms=(platform,)).as_text()
-    return result(task, "pass", f"lowered for {platform} ({len(text)} characters of StableHLO)",
+    with contextlib.redirect_stderr(io.StringIO()), lowering.target(task.backend):
+        text = jax.jit(forward_and_backward).trace(*shapes).lower(
+            lowering_platforms=(lowering.platform(task.backend),)).as_text()
+    return result(task, "pass", f"lowered for {lowering.shown(task.backend)} ({len(text)} characters of StableHLO)",
                   seconds=round(time.monotonic() - start, 3))

@@ -7,6 +7,7 @@ import hashlib
 
 import numpy as np
 
+from kspec.codegen.run import kinds
 from kspec.codegen.run.tasks import Task
 from kspec.codegen.spec import dtypes as dt
 
@@ -16,10 +17,19 @@ def rng_for(task: Task, operand: str) -> np.random.Generator:
     return np.random.default_rng(int.from_bytes(hashlib.sha256(key).digest()[:8], "little"))
 
 
-def make_input(task: Task, op, shape: tuple, dtype: str, env: dict, shapes: dict):
-    """Random data for one input: the spec's initialiser, else a per-dtype default."""
+LARGE = 30.0  # `large`: standard normal times this
+NEGATIVE = 1e3  # `negative_rows`: rows near minus this (less for dtypes whose range is smaller)
+
+
+def make_input(task: Task, op, shape: tuple, dtype: str, env: dict, shapes: dict, kind: str = kinds.NORMAL):
+    """Random data for one input of one input kind (codegen/run/kinds.py): `normal` is the spec's
+    initialiser, else a per-dtype default; another kind is made from its own stream, for the
+    inputs that take it (kinds.takes), and is the normal data for the others."""
     import jax.numpy as jnp
 
+    if kind != kinds.NORMAL and kind in kinds.takes(op, dtype):
+        data = _of_kind(rng_for(task, f"{op.name}/{kind}"), kind, shape, dtype)
+        return jnp.asarray(data).astype(jnp.dtype(dtype))
     rng = rng_for(task, op.name)
     init = getattr(op, "init", None)
     kind = init.kind if init else None
@@ -46,6 +56,42 @@ def make_input(task: Task, op, shape: tuple, dtype: str, env: dict, shapes: dict
         else:
             data = rng.standard_normal(shape)
     return jnp.asarray(np.asarray(data)).astype(jnp.dtype(dtype))
+
+
+def _of_kind(rng: np.random.Generator, kind: str, shape: tuple, dtype: str) -> np.ndarray:
+    """Data of one kind other than normal. Rows are the slices along the last dim (a rank-0 or
+    rank-1 array is one row); the row kinds replace rows 0, 2, 4, ... and leave the others
+    standard normal (integers: the default range)."""
+    import jax.numpy as jnp
+
+    size, kind_of = dt.DTYPES[dtype]
+    integer = kind_of in "iu"
+    if integer:
+        info = jnp.iinfo(jnp.dtype(dtype))
+        low, high = int(info.min), int(info.max)
+        bound = min(100, 2 ** (8 * size - 2)) if kind_of == "i" else 0
+        base = rng.integers(-bound, bound, size=shape) if kind_of == "i" else rng.integers(0, min(100, 2 ** (8 * size - 1)), size=shape)
+        base = base.astype(np.int64)
+    else:
+        base = rng.standard_normal(shape)
+    if kind == "large":
+        if integer:
+            return rng.choice(np.array([low, high], dtype=np.int64), size=shape)
+        return base * LARGE
+    rows = base.reshape(-1, shape[-1]) if len(shape) >= 1 else base.reshape(1, 1)
+    special = rows[0::2]
+    if kind == "zero_rows":
+        special[...] = 0
+    elif kind == "equal_rows":
+        special[...] = special[:, :1]
+    elif kind == "negative_rows":
+        if integer:
+            special[...] = low
+        else:
+            # -1000 where the dtype reaches it with room to spare (float8 does not)
+            depth = min(NEGATIVE, float(jnp.finfo(jnp.dtype(dtype)).max) / 16)
+            special[...] = special - depth
+    return rows.reshape(shape)
 
 
 def upcast(x):

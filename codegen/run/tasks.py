@@ -23,16 +23,17 @@ class Task:
     dtypes: tuple  # ((operand, dtype), ...), inputs first
     dtype_label: str  # the inputs' dtypes, for reports
     seed: int
-    mode: str  # "run" | "lower" | "grad" | "lower-grad" | "bench" | "sharded" | "tune"
+    mode: str  # "run" | "lower" | "grad" | "lower-grad" | "bench" | "sharded" | "lower-sharded" | "tune"
     out_root: str
     suite: str = "cases"  # which list case_index points into: "cases" or "bench"
     params: tuple = ()  # ((param, value), ...) overriding the case's params (tune)
     samples: int = 0  # bench: timed samples
     ceilings: tuple = ()  # bench: measured (bandwidth GB/s, bf16 TFLOP/s) to use as the roofline
     configs: tuple = ()  # tune: the configs to compile, verify and time, each ((param, value), ...)
-    devices: int = 0  # sharded: the mesh is built from this many devices
+    devices: int = 0  # sharded, lower-sharded: the mesh is built from this many devices
     schedules: int = DEFAULT_SCHEDULES  # run, mosaic_tpu in TPU interpret mode: schedules to run
     sustained: bool = False  # tune: time each config in alternation with the reference, under load
+    inputs: tuple = ("normal",)  # run: the input kinds to run the kernel on, in order (codegen/run/kinds.py)
 
     @property
     def label(self) -> str:

@@ -27,6 +27,7 @@ from kspec.codegen.run import multicore
 from kspec.codegen import project as pipeline
 from kspec.codegen.spec import dtypes as dt
 from kspec.codegen.run.compare import compare_all, verdict_result
+from kspec.codegen.run import kinds
 from kspec.codegen.run.inputs import make_input, upcast
 from kspec.codegen.run.tasks import Task, result
 
@@ -217,14 +218,32 @@ def _run(task: Task, start: float) -> dict:
         return bench(task, prep, check_outputs)
     if task.mode == "sharded":
         return _run_sharded(task, prep, start)
+    if task.mode == "lower-sharded":
+        return _lower_sharded(task, prep, start)
     if task.mode in ("grad", "lower-grad"):
         return _run_grad(task, prep, start)
     call = functools.partial(prep.fn, **prep.params)
     if task.backend == "mosaic_tpu" and jax.default_backend() != "tpu":
         try:
-            return _run_schedules(task, prep, call, start)
+            out = _run_schedules(task, prep, call, start)
+            if out["status"] == "pass":  # the other kinds under the first schedule
+                plan = multicore.schedules(task.seed, task.schedules)
+                out = dict(_other_kinds(task, prep, out, start, lambda *inputs: multicore.run(call, list(inputs), plan[0]).outs,
+                                        multicore.note(plan, plan[0])), schedules=out["schedules"])
+            return dict(out, inputs=list(task.inputs))
         finally:  # each schedule compiled a program of its own, which no later task runs: free them
             prep.fn.clear_cache()
+    out = _run_once(task, prep, call, start)
+    if out["status"] == "pass":
+        out = _other_kinds(task, prep, out, start, call)
+    return dict(out, inputs=list(task.inputs))
+
+
+def _run_once(task: Task, prep: Prepared, call, start: float, loose: bool = False) -> dict:
+    """The kernel on the prepared inputs, checked: it must leave its inputs alone and match the
+    reference (`loose`: as check_outputs says)."""
+    import jax
+
     before = [np.asarray(x).copy() for x in prep.inputs]
     reference_outputs(prep)  # from the inputs as they are before the kernel runs
     with contextlib.redirect_stdout(io.StringIO()):  # what the kernel prints is not verify's output
@@ -233,7 +252,28 @@ def _run(task: Task, start: float) -> dict:
     clobbered = _clobbered(prep, before)
     if clobbered:
         return result(task, "fail", clobbered, seconds=seconds)
-    return check_outputs(task, prep, outs, seconds)
+    return check_outputs(task, prep, outs, seconds, loose)
+
+
+def _other_kinds(task: Task, prep: Prepared, passed: dict, start: float, call, note: str = "") -> dict:
+    """After the normal inputs pass: the kernel on each other input kind of the task (kinds.py),
+    against the reference on the same data. The first that fails is the task's result, its message
+    naming the kind; if all pass, the normal inputs' result stands (its metrics, the time of all)."""
+    for kind in task.inputs[1:]:
+        taking = [prep.dtypes[op.name] for op in prep.spec.inputs if kind in kinds.takes(op, prep.dtypes[op.name])]
+        inputs = [make_input(task, op, prep.inst.shapes[op.name], prep.dtypes[op.name], prep.inst.env, prep.inst.shapes,
+                             kind) for op in prep.spec.inputs]
+        other = dataclasses.replace(prep, inputs=inputs, refs=None)
+        try:
+            out = _run_once(task, other, call, start, loose=True)
+        except Exception as e:  # noqa: BLE001 - name the inputs it raised on
+            _reset_tpu_interpret()
+            return result(task, "error", f"with {kinds.described(kind, taking)}: "
+                          f"{_first_lines(e)}{note}", seconds=round(time.monotonic() - start, 3))
+        if out["status"] != "pass":
+            out["message"] = f"with {kinds.described(kind, taking)}: {out['message']}{note}"
+            return out
+    return dict(passed, seconds=round(time.monotonic() - start, 3))
 
 
 def _run_schedules(task: Task, prep: Prepared, call, start: float) -> dict:
@@ -305,6 +345,36 @@ def _run_sharded(task: Task, prep: Prepared, start: float) -> dict:
     return check_outputs(task, prep, outs, round(time.monotonic() - start, 3))
 
 
+def _lower_sharded(task: Task, prep: Prepared, start: float) -> dict:
+    """`kspec verify --lower --devices N`: the spec's sharded function lowered for the backend's
+    platform on a mesh of the first N devices, the inputs laid out as its IN_SPECS say. Off a TPU,
+    mosaic_tpu's shard_map runs on an abstract mesh of the same axes whose devices are the named
+    TPU chip (codegen.run.lowering): Mosaic TPU reads the chip from the mesh it lowers in."""
+    import jax
+    from jax.sharding import NamedSharding
+
+    from kspec.codegen.run import lowering
+
+    module = _module(task, "sharded")
+    mesh = module.make_mesh(jax.devices()[: task.devices])
+    inner = mesh
+    if lowering.named_chip(task.backend) is not None:
+        inner = lowering.chip_mesh(mesh.axis_sizes, mesh.axis_names, mesh.axis_types)
+    shapes = [jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=NamedSharding(mesh, s))
+              for x, s in zip(prep.inputs, module.IN_SPECS)]
+    # the jitted shard_map the package's {kernel}_sharded runs, here without its TPU interpret mode
+    fn = module._sharded(inner, task.backend, tuple(sorted(prep.params.items())))
+    with contextlib.redirect_stderr(io.StringIO()):
+        text = fn.trace(*shapes).lower(lowering_platforms=(lowering.platform(task.backend),)).as_text()
+    return result(
+        task,
+        "pass",
+        f"lowered for {lowering.shown(task.backend)} on a mesh of {task.devices} devices "
+        f"({len(text)} characters of StableHLO)",
+        seconds=round(time.monotonic() - start, 3),
+    )
+
+
 def reference_outputs(prep: Prepared) -> tuple:
     """The reference's outputs at higher precision, computed once per prepared task."""
     import jax
@@ -337,8 +407,10 @@ def _run_grad(task: Task, prep: Prepared, start: float) -> dict:
     return gradrun.grad(task, prep, module, interpret, start)
 
 
-def check_outputs(task: Task, prep: Prepared, outs, seconds: float) -> dict:
-    """Compare a kernel's outputs with the reference run at higher precision."""
+def check_outputs(task: Task, prep: Prepared, outs, seconds: float, loose: bool = False) -> dict:
+    """Compare a kernel's outputs with the reference run at higher precision. `loose` (input kinds
+    other than normal): no NaN/Inf where the reference is finite, and a rel_err of at most
+    kinds.NORMWISE x rtol, instead of the tolerance per element."""
     import jax
     import jax.numpy as jnp
 
@@ -365,23 +437,26 @@ def check_outputs(task: Task, prep: Prepared, outs, seconds: float) -> dict:
             message = f"output {op.name} has dtype {out.dtype}, the spec declares {declared}"
             return result(task, "fail", message, seconds=seconds, tolerance=tol)
     named = [(f"output {op.name}", out, ref) for op, out, ref in zip(spec.outputs, outs, refs)]
-    return verdict_result(task, compare_all(named, tol["atol"], tol["rtol"]), seconds, tol)
+    normwise = kinds.NORMWISE * tol["rtol"] if loose else None
+    return verdict_result(task, compare_all(named, tol["atol"], tol["rtol"], normwise), seconds, tol)
 
 
 def _lower(task: Task, fn, inputs, params, start: float) -> dict:
+    """`kspec verify --lower`: the kernel lowered for its backend's platform (and, off a TPU, a
+    named TPU chip: codegen.run.lowering)."""
     import jax
 
-    from kspec.codegen.backends import BACKENDS
+    from kspec.codegen.run import lowering
 
-    platform = BACKENDS[task.backend].lowering_platform
     shapes = [jax.ShapeDtypeStruct(x.shape, x.dtype) for x in inputs]
-    with contextlib.redirect_stderr(io.StringIO()):
-        lowered = jax.jit(functools.partial(fn, **params)).trace(*shapes).lower(lowering_platforms=(platform,))
+    with contextlib.redirect_stderr(io.StringIO()), lowering.target(task.backend):
+        lowered = jax.jit(functools.partial(fn, **params)).trace(*shapes).lower(
+            lowering_platforms=(lowering.platform(task.backend),))
         text = lowered.as_text()
     return result(
         task,
         "pass",
-        f"lowered for {platform} ({len(text)} characters of StableHLO)",
+        f"lowered for {lowering.shown(task.backend)} ({len(text)} characters of StableHLO)",
         seconds=round(time.monotonic() - start, 3),
     )
 

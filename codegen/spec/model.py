@@ -101,6 +101,8 @@ class Operand:
     dtype_loc: Location
     init: Init | None = None
     prefetch: bool = False  # scalar prefetch: passed first, whole, in SMEM
+    kinds: tuple | None = None  # the input kinds verify may run it with (codegen/run/kinds.py); None: by its dtype
+    kinds_loc: Location | None = None
 
     @property
     def rank(self) -> int:
@@ -432,6 +434,8 @@ class _Builder:
                     self.doc.loc(here + ("dtype",)),
                     self.init(spec.get("init"), here + ("init",)),
                     bool(spec.get("prefetch", False)),
+                    tuple(spec["kinds"]) if "kinds" in spec else None,
+                    self.doc.loc(here + ("kinds",)) if "kinds" in spec else None,
                 )
             )
         return tuple(out)

@@ -44,6 +44,9 @@ def _params_view(params):
 def kernel_sha(data: dict) -> str:
     """Hash of the spec parts that decide the generated kernel code."""
     kept = {k: v for k, v in data.items() if k not in _NOT_KERNEL}
+    if isinstance(kept.get("inputs"), dict):  # an input's `kinds` says what verify feeds it, not what runs
+        kept["inputs"] = {n: ({k: v for k, v in i.items() if k != "kinds"} if isinstance(i, dict) else i)
+                          for n, i in kept["inputs"].items()}
     if "params" in kept:
         kept["params"] = _params_view(kept["params"])
     if isinstance(kept.get("backends"), dict):

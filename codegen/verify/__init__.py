@@ -13,6 +13,7 @@ from kspec.codegen import project as pipeline
 from kspec.codegen.emit import writer
 from kspec.codegen.spec import dtypes as dt
 from kspec.codegen.backends import BACKENDS
+from kspec.codegen.run import kinds
 from kspec.codegen.run.tasks import DEFAULT_SCHEDULES, STATUSES, Task, result
 
 def matrix(compiled: list, *, backends: list, cases: list, suite: str = "cases"):
@@ -35,10 +36,11 @@ def matrix(compiled: list, *, backends: list, cases: list, suite: str = "cases")
 
 def plan(
     compiled: list, *, backends: list, cases: list, seed: int, lower: bool, platform: str | None, repeat: int = 1,
-    schedules: int = DEFAULT_SCHEDULES,
+    schedules: int = DEFAULT_SCHEDULES, inputs: tuple = ("default",),
 ) -> tuple:
     """(tasks, skipped results) for every valid spec; `repeat` runs it all with seeds seed, seed+1, ...;
-    `schedules`: how many schedules each mosaic_tpu task runs under in TPU interpret mode.
+    `schedules`: how many schedules each mosaic_tpu task runs under in TPU interpret mode;
+    `inputs`: the --inputs selection, the input kinds each `run` task runs (kinds.chosen).
     A spec with `vjp:` also gets a grad task (its gradients against the reference's) for each
     combination with a floating-point input."""
     tasks, skipped = [], []
@@ -52,6 +54,7 @@ def plan(
                 task = Task(
                     str(c.path), c.spec.name, name, case.name, i, tuple(assign.items()), label, seed + k,
                     mode, str(pipeline.out_root_for(c.path)), schedules=schedules,
+                    inputs=kinds.chosen(inputs, c.spec, assign, i) if mode == "run" else (kinds.NORMAL,),
                 )
                 if not why:
                     tasks.append(task)
@@ -61,10 +64,12 @@ def plan(
 
 
 def plan_sharded(
-    compiled: list, *, devices: int, device_count: int, backends: list, cases: list, seed: int, platform: str | None
+    compiled: list, *, devices: int, device_count: int, backends: list, cases: list, seed: int, platform: str | None,
+    lower: bool = False,
 ) -> tuple:
     """(tasks, results) for `kspec verify --devices N`: each spec with `sharding:` runs its
-    sharded function on a mesh of N devices, per backend x case x dtype, against the reference.
+    sharded function on a mesh of N devices, per backend x case x dtype, against the reference;
+    with `lower` (`--lower --devices N`), lowers it on that mesh for the backend's platform instead.
     A mesh axis sized by the device count gets its size only now, so the split dims and the
     per-shard rules (E804, E806) are checked here too; a failure is an error result."""
     from kspec.codegen.checks import sharding
@@ -75,9 +80,9 @@ def plan_sharded(
         spec, sh = c.spec, c.spec.sharding
         found = sharding.case_checks(spec, case, sh.sizes(devices))
         task = Task(str(c.path), spec.name, name, case.name, i, tuple(assign.items()), label, seed,
-                    "sharded", str(pipeline.out_root_for(c.path)), devices=devices)
+                    "lower-sharded" if lower else "sharded", str(pipeline.out_root_for(c.path)), devices=devices)
         why = (
-            _sharded_skip_reason(name, sh, devices, device_count, platform)
+            _sharded_skip_reason(name, sh, devices, device_count, platform, lower)
             or _dtype_reason(spec.variants[name], assign, case)
         )
         if why:
@@ -89,12 +94,16 @@ def plan_sharded(
     return tasks, done
 
 
-def _sharded_skip_reason(backend: str, sh, devices: int, device_count: int, platform: str | None) -> str | None:
-    if backend == "interpret" and sh.check_vma:
+def _sharded_skip_reason(
+    backend: str, sh, devices: int, device_count: int, platform: str | None, lower: bool = False
+) -> str | None:
+    if lower and _skip_reason(backend, platform, lower=True):
+        return _skip_reason(backend, platform, lower=True)
+    if backend == "interpret" and sh.check_vma and not lower:
         return "interpret=True pallas_calls fail inside shard_map(check_vma=True) in jax 0.10.2; mosaic_tpu covers it"
     if device_count < devices:
         return f"needs {devices} devices; jax sees {device_count} {platform} device(s)"
-    return sh.unfit(devices) or _skip_reason(backend, platform, lower=False)
+    return sh.unfit(devices) or _skip_reason(backend, platform, lower=lower)
 
 
 def _skip_reason(backend: str, platform: str | None, lower: bool) -> str | None:

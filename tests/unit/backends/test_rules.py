@@ -53,16 +53,29 @@ def test_tpu_sublane_tile_packs_narrow_dtypes():
 
 
 def test_tpu_tiling():
-    """E701: the last two block dims tile by (8 x packing, 128), or are the whole array dim."""
+    """E701: the last two block dims tile by (8 x packing, 128), or are the whole array dim; a 1-D
+    block is the whole dim, a multiple of 1024 or a power of two of at least 128 x packing."""
     assert shown(rules._mosaic_tpu(inst("  mosaic_tpu:\n", "mosaic_tpu"))) == [
-        "specs/tiny.yaml:12:3: error[E701]: case `c` (mosaic_tpu): x block dim 0 is 8; on TPU the last block dim "
-        "must be divisible by 128 for float32 or equal the array dim (64)\n"
-        "  = help: use a multiple of 128 (e.g. 128) or the full dim",
-        "specs/tiny.yaml:13:3: error[E701]: case `c` (mosaic_tpu): o block dim 0 is 8; on TPU the last block dim "
-        "must be divisible by 128 for float32 or equal the array dim (64)\n"
-        "  = help: use a multiple of 128 (e.g. 128) or the full dim",
+        "specs/tiny.yaml:12:3: error[E701]: case `c` (mosaic_tpu): x block dim 0 is 8; on TPU a 1-D block must be "
+        "the whole array dim (64), a multiple of 1024, or a power of two of at least 128 for float32\n"
+        "  = help: use 128, or the full dim (jax 0.10.2's Mosaic TPU rule for 1-D blocks)",
+        "specs/tiny.yaml:13:3: error[E701]: case `c` (mosaic_tpu): o block dim 0 is 8; on TPU a 1-D block must be "
+        "the whole array dim (64), a multiple of 1024, or a power of two of at least 128 for float32\n"
+        "  = help: use 128, or the full dim (jax 0.10.2's Mosaic TPU rule for 1-D blocks)",
     ]
     assert rules._mosaic_tpu(inst("  mosaic_tpu:\n    params: {bs: 64}\n", "mosaic_tpu")) == []  # the whole dim
+    assert shown(rules.tpu_tiling("w", "x", (4096,), (128,), "bfloat16", HERE)) == [
+        "specs/tiny.yaml:3:5: error[E701]: w: x block dim 0 is 128; on TPU a 1-D block must be the whole array dim "
+        "(4096), a multiple of 1024, or a power of two of at least 256 for bfloat16\n"
+        "  = help: use 256, or the full dim (jax 0.10.2's Mosaic TPU rule for 1-D blocks)"
+    ]
+    assert shown(rules.tpu_tiling("w", "x", (768,), (384,), "float32", HERE)) == [
+        "specs/tiny.yaml:3:5: error[E701]: w: x block dim 0 is 384; on TPU a 1-D block must be the whole array dim "
+        "(768), a multiple of 1024, or a power of two of at least 128 for float32\n"
+        "  = help: use 256 or 512, or the full dim (jax 0.10.2's Mosaic TPU rule for 1-D blocks)"
+    ]
+    for block, dim, dtype in [(256, 4096, "bfloat16"), (3072, 8192, "bfloat16"), (768, 768, "float32"), (512, 4096, "int8")]:
+        assert rules.tpu_tiling("w", "x", (dim,), (block,), dtype, HERE) == [], (block, dim, dtype)
     assert rules.tpu_tiling("w", "x", (64, 256), (16, 128), "bfloat16", HERE) == []
     assert rules.tpu_tiling("w", "x", (4, 64, 256), (1, 16, 256), "bfloat16", HERE) == []  # leading dims are free
     assert shown(rules.tpu_tiling("w", "x", (64, 256), (8, 128), "bfloat16", HERE)) == [
@@ -74,6 +87,42 @@ def test_tpu_tiling():
         "be divisible by 8 for float32 or equal the array dim (64)\n"
         "  = help: use a multiple of 8 (e.g. 8) or the full dim; squeeze a leading dim instead"
     ]
+
+
+def _mosaic_lowers_1d(block: int, dim: int, dtype: str) -> bool:
+    """Whether jax lowers a copy kernel over a (dim,) array in (block,) blocks for Mosaic TPU, on a
+    TPU v5e named by an abstract mesh (no TPU needed); False when it refuses the block shape."""
+    import jax
+    import jax.numpy as jnp
+    from jax.experimental import pallas as pl
+    from jax.sharding import AbstractDevice, AbstractMesh, AxisType, use_abstract_mesh
+
+    def copy(x_ref, o_ref):
+        o_ref[...] = x_ref[...]
+
+    spec = pl.BlockSpec((block,), lambda i: (i,))
+    call = pl.pallas_call(copy, out_shape=jax.ShapeDtypeStruct((dim,), dtype), grid=(pl.cdiv(dim, block),),
+                          in_specs=[spec], out_specs=spec)
+    chip = AbstractDevice(device_kind="TPU v5 lite", num_cores=1, platform="tpu")
+    mesh = AbstractMesh((1,), ("chip",), axis_types=(AxisType.Explicit,), abstract_device=chip)
+    try:
+        with use_abstract_mesh(mesh):
+            jax.jit(call).trace(jax.ShapeDtypeStruct((dim,), jnp.dtype(dtype))).lower(lowering_platforms=("tpu",))
+    except ValueError as e:
+        if "rank 1 block" in str(e):
+            return False
+        raise
+    return True
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "int8"])
+def test_tpu_tiling_of_1d_blocks_is_the_rule_jax_lowers_by(dtype):
+    """E701 on a 1-D block agrees with jax's own Mosaic TPU lowering, block by block: bfloat16
+    needs powers of two from 256, int8 from 512, and 384 or 1536 lower only as the whole dim."""
+    for block, dim in [(128, 6144), (256, 6144), (384, 6144), (512, 6144), (768, 6144), (1024, 6144),
+                       (1536, 6144), (2048, 6144), (3072, 6144), (384, 768), (768, 768)]:
+        accepted = rules.tpu_tiling("w", "x", (dim,), (block,), dtype, HERE) == []
+        assert accepted == _mosaic_lowers_1d(block, dim, dtype), (block, dim, dtype)
 
 
 def test_tpu_parallel_revisits():
