@@ -310,6 +310,8 @@ def verify(
         "(every kind), normal (none), or kinds, comma-separated or repeated (e.g. --inputs large,zero_rows). "
         "A failure names the kind.",
     ),
+    show_traceback: bool = typer.Option(
+        False, "--traceback", help="With an error row, the whole stack of the exception, not only its first lines."),
 ) -> None:
     """Run every case x dtype x backend this machine can run against the reference (exit 1 on any failure)."""
     import json
@@ -322,6 +324,8 @@ def verify(
     except ValueError as e:
         typer.echo(f"error: --inputs: {e}", err=True)
         raise typer.Exit(2)
+    if show_traceback:  # the workers inherit it
+        os.environ["KSPEC_TRACEBACK"] = "1"
     with _human_output(json_path, junit_path):
         results, session, seed = _start_run(paths, backend, seed, timeout, devices, cases=case, out=out)
         info = session.info
@@ -342,7 +346,7 @@ def verify(
         outcomes += [r for r in skipped if r["status"] != "skip"]  # --devices: errors found while planning
         skipped = [r for r in skipped if r["status"] == "skip"]
         rows = outcomes + skipped
-        typer.echo(_table(outcomes))
+        typer.echo(_table(outcomes, whole=show_traceback))
         for (name, why), n in sorted(Counter((r["backend"], r["message"]) for r in skipped).items()):
             typer.echo(f"skipped {n} {name} task(s): {why}")
         counts = v.summary(rows)
@@ -838,7 +842,7 @@ def _fmt(value) -> str:
     return "-" if value is None else f"{value:.2e}" if isinstance(value, float) else str(value)
 
 
-def _table(rows: list) -> str:
+def _table(rows: list, whole: bool = False) -> str:
     """A plain-text summary table, one row per task; messages follow failed rows."""
     head = ("kernel", "backend", "mode", "case", "dtype", "status", "max_abs_err", "rel_err", "seconds")
     body = [
@@ -851,7 +855,8 @@ def _table(rows: list) -> str:
     for r, row in zip(rows, body):
         lines.append("  ".join(str(x).ljust(w) for x, w in zip(row, widths)).rstrip())
         if r["status"] in ("fail", "error") and r["message"]:
-            lines += ["    " + ln for ln in r["message"].splitlines()[:6]]
+            shown = r["message"].splitlines()
+            lines += ["    " + ln for ln in (shown if whole else shown[:6])]
     return "\n".join(lines)
 
 

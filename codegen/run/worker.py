@@ -123,13 +123,57 @@ def _first_lines(e: BaseException, n: int = 6) -> str:
     return "\n".join(lines[:n])[:1500]
 
 
+def spec_line(task: Task, e: BaseException) -> str | None:
+    """Where in the spec the code that raised `e` is: `path:line:col: in <which code>: <line>`, for the
+    innermost frame of the kernel's generated modules whose line is a line of the spec's body, a
+    backend's body, the reference or a competitor (the generated modules hold that code as written),
+    or None."""
+    import traceback
+
+    compiled = _compiled.get(task.spec_path)
+    if compiled is None or compiled.spec is None:
+        return None
+    spec = compiled.spec
+    codes = [("reference", spec.reference)] + [("body", v.body) for v in spec.variants.values()]
+    codes += [(f"competitor {c.name}", c.body) for c in spec.competitors]
+    package = (Path(task.out_root) / task.kernel).resolve()
+    for frame in reversed(traceback.extract_tb(e.__traceback__)):
+        try:
+            inside = Path(frame.filename).resolve().is_relative_to(package)
+        except (OSError, ValueError):
+            continue
+        text = (frame.line or "").strip()
+        if not inside or not text:
+            continue
+        first = [(which, code) for which, code in codes if code is not None]
+        if Path(frame.filename).name == "reference.py":
+            first.sort(key=lambda wc: wc[0] != "reference")
+        else:
+            first.sort(key=lambda wc: wc[0] == "reference")
+        for which, code in first:
+            for n, line in enumerate(code.source.splitlines(), 1):
+                if line.strip() == text:
+                    loc = code.loc_of(n, len(line) - len(line.lstrip()))
+                    return f"{loc}: in {which}: {text}"
+    return None
+
+
 def run_task(task: Task) -> dict:
     start = time.monotonic()
     try:
         return _run(task, start)
     except Exception as e:  # noqa: BLE001 - a crashing kernel fails its own case only
         _reset_tpu_interpret()
-        return result(task, "error", _first_lines(e), seconds=round(time.monotonic() - start, 3))
+        try:
+            where = spec_line(task, e)
+        except Exception:  # noqa: BLE001 - the location is a help, never a second failure
+            where = None
+        message = _first_lines(e) if where is None else f"{where}\n{_first_lines(e)}"
+        if os.environ.get("KSPEC_TRACEBACK"):  # kspec verify --traceback
+            import traceback
+
+            message += "\n" + "".join(traceback.format_exception(e)).rstrip()
+        return result(task, "error", message, seconds=round(time.monotonic() - start, 3))
 
 
 def tune_task(task: Task):
