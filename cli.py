@@ -375,6 +375,7 @@ def bench(
     timeout: float = typer.Option(900.0, "--timeout", callback=_seconds, help="Seconds allowed per bench case."),
     sweep: bool = typer.Option(False, "--sweep", help="Time every shape of the specs' families instead of the bench cases, and sum up each kernel: geomean and worst speedup, shapes where auto runs the reference; --plot draws speedup against size."),
     family: Optional[List[str]] = typer.Option(None, "--family", help="With --sweep: only these families (repeatable)."),
+    grad: bool = typer.Option(False, "--grad", help="Time the forward and backward pass (jax.vjp through the spec's `vjp:` kernels) against XLA's autodiff of the reference and of each competitor; specs without `vjp:` are skipped."),
 ) -> None:
     """Time each kernel x backend x bench case against its XLA reference and the spec's competitors, side by side."""
     import datetime
@@ -408,10 +409,10 @@ def bench(
             cases = _chosen_cases(results, case, family)
             tasks, skipped = bn.plan(results, backends=backend or [], cases=cases, seed=seed,
                                      samples=samples, platform=info["platform"], ceilings=ceilings,
-                                     suite="sweep" if sweep else "bench")
+                                     suite="sweep" if sweep else "bench", grad=grad)
             meta = {"device": info["device"], "jax_version": info["jax_version"], "kspec_version": version,
                     "date": datetime.date.today().isoformat(), "seed": seed, "samples": samples,
-                    "roofline": roofline}
+                    "roofline": roofline, "grad": grad}
 
             def partial(rows):  # a run cut short keeps what it measured
                 if json_path and str(json_path) != "-":
@@ -455,7 +456,7 @@ def tune(
     strategy: str = typer.Option(
         "exhaustive", "--strategy",
         help="exhaustive (every config), random (a seeded sample) or guided (a first batch ranked by a static "
-             "score of the blocks, then batches around the fastest so far; see `kspec docs bench`).",
+             "score of the blocks, then batches around the fastest so far; see `kspec docs tune`).",
     ),
     budget_trials: Optional[int] = typer.Option(
         None, "--budget-trials", min=1,
@@ -479,8 +480,11 @@ def tune(
     """Search each spec's param choices for the fastest correct config; results go to tuning/."""
     import time
 
+    import functools
+
     from kspec.codegen.checks import instances
     from kspec.codegen import tune as tn
+    from kspec.codegen.tune.case import CaseJob, tune_case
 
     if strategy not in tn.STRATEGIES:
         typer.echo("error: --strategy must be exhaustive, random or guided", err=True)
@@ -518,8 +522,10 @@ def tune(
                         if budget_seconds and time.monotonic() - started > budget_seconds:
                             typer.echo("time budget spent: stopping")
                             raise typer.Exit(1 if failed else 0)
-                        failed |= _tune_case(session, store, done, spec, variant, i, c, assign, suite,
-                                             out_root, info, strategy, budget_trials, samples, seed, sustained)
+                        job = CaseJob(spec, variant, i, c, assign, suite, str(out_root), info["device"],
+                                      info["jax_version"], strategy, budget_trials, samples, seed, sustained)
+                        failed |= tune_case(job, store, done, functools.partial(_stream_with_progress, session),
+                                            typer.echo)
     finally:
         session.close()
     typer.echo("run `kspec generate` to embed the tuned configs in generated/")
@@ -667,77 +673,6 @@ def _tuned_here(name: str, requested, platform: str) -> bool:
     if requested:
         return name in requested
     return name != "interpret" or platform == "cpu"
-
-
-def _tune_case(session, store, done, spec, variant, index, case, assign, suite, out_root, info,
-               strategy, budget, samples, seed, sustained=False) -> bool:
-    """Tune one backend x case x dtype; append every trial to the store. True if nothing passed."""
-    from kspec.codegen import tune as tn
-    from kspec.codegen.spec import tuning as tg
-    from kspec.codegen.backends.devices import peak_for
-    from kspec.codegen.run.tasks import Task
-
-    label = ",".join(dict.fromkeys(assign[o.name] for o in spec.inputs))
-    dims = tuple(case.dims[d] for d in spec.dims)
-    untuned = {p.name: case.params.get(p.name, p.default) for p in variant.params if not p.resolved}
-    base = {"backend": variant.backend, "bucket": list(tg.bucket(dims)), "dtype": label, "fixed": untuned,
-            "jax_version": info["jax_version"], "kernel_sha": spec.kernel_sha, "case": case.name}
-    if sustained:
-        base["load"] = "sustained"
-    kept, pruned = tn.prune(spec, variant, case, assign, tn.space(variant))
-    for cfg, why in pruned:
-        entry = dict(base, params=cfg, status="pruned", ms=None, message=why)
-        if tg.key(entry) not in done:
-            store.append(entry)
-    wanted = {tg.key(dict(base, params=cfg)): tn.key(cfg) for cfg in kept}
-    tried = {wanted[tg.key(e)]: tg.cost(e) for e in store.entries if tg.key(e) in wanted}
-    scores = tn.scores(spec, variant, case, assign, kept, peak_for(info["device"])) if strategy == "guided" else None
-    next_batch = tn.search(kept, strategy=strategy, budget=budget, seed=seed, scores=scores)
-    todo = next_batch(tried)  # exhaustive and random name all their configs at once
-    planned = len(todo)
-    if strategy == "guided":  # one batch at a time, up to its budget
-        planned = max(0, min(budget or tn.default_budget(strategy, len(kept)), len(kept)) - len(tried))
-    typer.echo(f"{spec.name}[{variant.backend}] {case.name} {label}: {len(kept) + len(pruned)} configs, "
-               f"{len(pruned)} pruned statically, {planned} to try")
-    started = 0
-    while todo:
-        task = Task(str(spec.path), spec.name, variant.backend, case.name, index, tuple(assign.items()), label,
-                    seed, "tune", str(out_root), suite=suite, samples=samples,
-                    configs=tuple(tn.key(c) for c in todo), sustained=sustained)
-        for row in _stream_with_progress(session, task, started, planned):
-            entry = dict(base, params=row.get("params", {}), status=row["status"], ms=row.get("ms"),
-                         message=row["message"].splitlines()[0] if row["message"] else "")
-            if sustained and row.get("speedup") is not None:
-                entry.update(ref_ms=row["ref_ms"], speedup=row["speedup"], speedup_ci95=row["speedup_ci95"])
-            store.append(entry)
-            if row.get("params"):
-                tried[tn.key(row["params"])] = tg.cost(entry)
-            if row["status"] != "pass":
-                typer.echo(f"  rejected {entry['params']}: {row['status']}: {entry['message']}")
-        for cfg in todo:  # a config left without a result (its worker died) counts as tried
-            tried.setdefault(tn.key(cfg), None)
-        started += len(todo)
-        todo = next_batch(tried)
-    offered = tg.choices_of({variant.backend: variant})
-    current = [e for e in store.entries if e["backend"] == variant.backend and e["dtype"] == label
-               and e["bucket"] == base["bucket"] and tg.fixed(e) == tg.fixed(base)
-               and tg.usable(e, spec.kernel_sha, offered) and tg.how_timed(e) == tg.how_timed(base)]
-    if not current:
-        typer.echo("  no config passed")
-        return True
-    fastest = min(current, key=tg.cost)
-    defaults = variant.defaults_at(case.dims)
-    default = next((e for e in current if all(e["params"].get(p.name) == defaults[p.name]
-                                              for p in variant.params if p.choices)), None)
-    if sustained:
-        lo, hi = fastest["speedup_ci95"]
-        figure = f"{fastest['speedup']:.3f}x the reference ({lo:.3f}-{hi:.3f}), {fastest['ms']:.3f} ms"
-        versus = f"; the default's: {default['speedup']:.3f}x" if default else ""
-    else:
-        figure = f"{fastest['ms']:.3f} ms"
-        versus = f", {default['ms'] / fastest['ms']:.2f}x the default's {default['ms']:.3f} ms" if default else ""
-    typer.echo(f"  best {fastest['params']}: {figure}{versus} -> {store.path}")
-    return False
 
 
 def _stream_with_progress(session, task, started: int, total: int):

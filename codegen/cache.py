@@ -199,7 +199,10 @@ class Cache:
             if str(b.path) not in files_read:
                 files_read[str(b.path)] = file_state(b.path)
         old = self.get_raw(compiled.path)
-        keep = dict(old.get("rendered", {})) if old and old.get("files_read") == files_read else {}
+        # Rendered files stay only while everything they were rendered from does: the spec files and
+        # the tuning folder (a new tuning file changes the generated _tuning.py).
+        same = old and old.get("files_read") == files_read and old.get("folders_read") == folders_read
+        keep = dict(old.get("rendered", {})) if same else {}
         keep.update(rendered)
         entry = {
             "key": self.key,

@@ -2,7 +2,8 @@
 # Everything kspec proves and measures on an NVIDIA GPU, in one run (docs/results/ holds the figures).
 #
 #   bash scripts/gpu_session.sh [STEP...]   steps: verify lower tune random bench attention hopper profile
-#                                            verify-norms verify-tma tune-sweep generate sweep
+#                                            verify-norms verify-tma tune-sweep generate sweep grad-sweep
+#                                            verify-grad
 #                                            (default: verify tune)
 #
 # SWEEP_SPECS, SWEEP_FAMILY (a family's name, or "all"), SWEEP_ARGS (e.g. --case NAME), SWEEP_SAMPLES, TUNE_BUDGET (seconds) and TUNE_ARGS
@@ -41,7 +42,7 @@ TUNE_CASES="matmul:b8192 matmul_bias_gelu:b8192 matmul_persistent:b8192 matmul_b
   rms_norm_tma:b8192 softmax_tma:b8192 softmax_tma:b4096 add:b1GiB add_1d:b1GiB"
 # The norms and softmax whose Triton kernels mask their rows (any width), and their backward kernels.
 NORM_FORWARD="specs/softmax.yaml specs/rms_norm.yaml specs/layer_norm.yaml"
-NORM_SPECS="$NORM_FORWARD specs/softmax_dx.yaml specs/layer_norm_dx.yaml specs/layer_norm_dparams.yaml
+NORM_SPECS="$NORM_FORWARD specs/softmax_dx.yaml specs/layer_norm_bwd.yaml specs/rms_norm_bwd.yaml
   specs/softmax_tma.yaml specs/rms_norm_tma.yaml specs/layer_norm_tma.yaml"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv | tee "$OUT/gpu.txt"
 python3 -c "import jax; print('jax', jax.__version__, jax.devices())" | tee -a "$OUT/gpu.txt"
@@ -69,6 +70,7 @@ for step in ${*:-verify tune}; do
              "$NCU" -i /tmp/kspec-matmul.ncu-rep --page details --csv > "$OUT/ncu-details.csv"
              "$NCU" -i /tmp/kspec-matmul.ncu-rep --page raw --csv | gzip -c > "$OUT/ncu-raw.csv.gz" ;;
     generate) kspec generate 2>/dev/null | tail -1 ;;
+    verify-grad) kspec verify $NORM_FORWARD --backend triton --seed 11 --json "$OUT/verify-grad.json" 2>/dev/null | tail -40 ;;
     verify-tma) kspec verify specs/softmax_tma.yaml specs/rms_norm_tma.yaml specs/layer_norm_tma.yaml \
               --backend mosaic_gpu --seed 11 --json "$OUT/verify-tma.json" 2>/dev/null | tail -22 ;;
     verify-norms) kspec verify $NORM_SPECS --backend triton --backend mosaic_gpu --seed 11 \
@@ -80,5 +82,8 @@ for step in ${*:-verify tune}; do
            kspec bench ${SWEEP_SPECS:-$NORM_FORWARD} --sweep "${family[@]}" --backend triton --backend mosaic_gpu \
               --samples "${SWEEP_SAMPLES:-10}" --seed 3 ${SWEEP_ARGS:-} --json "$OUT/sweep.json" --markdown "$OUT/sweep.md" \
               "${plot[@]}" 2>"$OUT/sweep.err" | sed -n '/^## Sweep/,$p' ;;
+    grad-sweep) kspec bench ${SWEEP_SPECS:-$NORM_FORWARD} --grad --sweep "${family[@]}" --backend triton --backend mosaic_gpu \
+              --samples "${SWEEP_SAMPLES:-10}" --seed 3 ${SWEEP_ARGS:-} --json "$OUT/grad-sweep.json" \
+              --markdown "$OUT/grad-sweep.md" 2>"$OUT/grad-sweep.err" | sed -n '/^## Sweep/,$p' ;;
   esac
 done

@@ -2,7 +2,9 @@
 
 `kspec generate` writes this module beside the packages; each package's `_tuning.py` and
 `_dispatch.py` hold its own tables and rules and call these functions. It imports only jax
-and the standard library.
+and the standard library, jax only where a function needs it: kspec itself imports this file
+for `bucket` and `dtype_label_of`, so that the tuning tables it writes and the packages that
+read them key configs by one definition.
 
 Tuned configs. `kspec tune` records the fastest params per (device kind, backend, input
 dtypes, bucket, untuned params), the bucket being each dim rounded up to a power of two. A
@@ -27,8 +29,6 @@ KernelFallbackWarning.
 import math
 import warnings
 
-import jax
-
 
 class KernelFallbackWarning(UserWarning):
     """backend="auto" passed over a backend that cannot run a call, naming why."""
@@ -45,7 +45,12 @@ def bucket(dims):
 
 def dtype_label(inputs):
     """The inputs' dtypes, each named once in order: "float32" or "bfloat16,float32"."""
-    return ",".join(dict.fromkeys(str(x.dtype) for x in inputs))
+    return dtype_label_of(str(x.dtype) for x in inputs)
+
+
+def dtype_label_of(names):
+    """dtype_label from the dtypes' names."""
+    return ",".join(dict.fromkeys(names))
 
 
 def distance(a, b):
@@ -69,6 +74,8 @@ def resolve(table, defaults, satisfies, backend, inputs, dims, given, untuned):
     """A call's params: those `given` (not None), else the tuned config of the call's bucket
     or of the nearest tuned bucket that satisfies the constraints, else `defaults`.
     `satisfies(*dims, params)`: the spec's constraints; `untuned`: the call's other params."""
+    import jax
+
     params = dict(defaults)
     found = nearest(table, jax.devices()[0].device_kind, backend, dtype_label(inputs),
                     tuple(sorted(untuned.items())), bucket(dims))
@@ -91,6 +98,8 @@ def is_pow2(n):
 def tpu_packing(dtype):
     """Elements of `dtype` per 32-bit word as Mosaic TPU stores them (bool as int32; 0 for
     64-bit types)."""
+    import jax
+
     dtype = jax.numpy.dtype(dtype)
     bits = 32 if dtype == bool else 4 if dtype.name in ("int4", "uint4") else 8 * dtype.itemsize
     return 32 // bits

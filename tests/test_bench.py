@@ -5,6 +5,7 @@ behind the figures: tests/unit/run/test_timing.py; the table's rows: tests/unit/
 from __future__ import annotations
 
 import json
+import shutil
 import statistics
 from pathlib import Path
 
@@ -174,3 +175,52 @@ def test_min_speedup_is_a_positive_number(tmp_path):
     row = bad.read_text().splitlines().index("  - {name: b, M: 64, N: 256, min_speedup: 0}") + 1
     assert (f"specs/add.yaml:{row}:43: error[E203]: bench.0.min_speedup must be a number above 0, or a "
             "mapping from device kind to such a number") in out + err
+
+
+def test_grad_bench_times_the_backward_pass_against_xla_autodiff(tmp_path):
+    # softmax (its vjp runs softmax_dx) at one small bench case, with two competitors: jax.nn.softmax,
+    # whose autodiff gradient is right (timed), and a stop_gradient one whose gradient is zero (not
+    # timed). add has no vjp: skipped, with the reason.
+    src = tmp_path / "src"
+    src.mkdir()
+    spec = (ROOT / "specs" / "softmax.yaml").read_text()
+    head, _, tail = spec.partition("bench:\n")
+    head = head.replace("competitors:\n", (
+        "competitors:\n"
+        "  xla:\n    body: return jax.nn.softmax(x, axis=-1)\n"
+        "  frozen:\n    body: return lax.stop_gradient(jax.nn.softmax(x, axis=-1))\n"))
+    (src / "softmax.yaml").write_text(head + "bench:\n  - {name: small, M: 16, N: 128, dtype: float32}\n"
+                                      + tail[tail.index("# backend="):])
+    shutil.copy(ROOT / "specs" / "softmax_dx.yaml", src / "softmax_dx.yaml")
+    add = (ROOT / "specs" / "add.yaml").read_text()
+    head, _, tail = add.partition("bench:\n")
+    (src / "add.yaml").write_text(head + "bench:\n  - {name: small, M: 64, N: 256, dtype: float32}\nbackends:"
+                                  + tail.split("backends:", 1)[1])
+    (tmp_path / "p").mkdir()
+    root = project(tmp_path / "p", src / "softmax.yaml", src / "softmax_dx.yaml", src / "add.yaml")
+    report, md = tmp_path / "b.json", tmp_path / "b.md"
+    rc, out, err = kspec("bench", "specs/softmax.yaml", "specs/add.yaml", "--grad", "--backend", "interpret",
+                         "--samples", "3", "--seed", "3", "--json", report, "--markdown", md, cwd=root)
+    assert rc == 0, out + err
+    rows = {r["kernel"]: r for r in json.loads(report.read_text())["results"]}
+    # softmax_dx comes with softmax (its vjp's kernel): a kernel without a vjp of its own, skipped too.
+    assert sorted(r["kernel"] for r in json.loads(report.read_text())["results"]) == ["add", "softmax", "softmax_dx"]
+    assert rows["add"]["status"] == "skip"
+    assert rows["add"]["message"] == "no `vjp:`: the spec declares no backward pass to time"
+    row = rows["softmax"]
+    assert row["status"] == "pass" and row["grad"] is True and row["mode"] == "bench"
+    # The forward and backward pass of the kernel, of the reference and of the right competitor, round by round.
+    raw = row["samples_ms"]
+    assert sorted(raw) == ["competitor:xla", "kernel", "reference"] and all(len(v) == 3 for v in raw.values())
+    ratios = sorted(r / k for r, k in zip(raw["reference"], raw["kernel"]))
+    assert row["speedup"] == pytest.approx(ratios[1])
+    # The cost estimate counts the forward pass: no roofline, no copy, for a grad row.
+    assert row["bound"] is None and row["copy_ms"] is None and row["roofline_pct"] is None and row["flops"] is None
+    assert row["competitors"]["xla"]["status"] == "pass"
+    assert row["competitors"]["frozen"]["status"] == "fail"
+    assert row["competitors"]["frozen"]["message"].startswith("not timed, wrong gradient: grad of x: ")
+    assert "jax_pallas" not in raw and row["competitors"]["jax_pallas"]["status"] == "skip"
+    text = md.read_text()
+    assert "- timed: the forward and backward pass, jax.vjp through the spec's `vjp:` kernels" in text
+    assert "skipped 2 interpret task(s): no `vjp:`: the spec declares no backward pass to time" in out
+    assert "1 passed, 0 failed, 0 errors, 2 skipped" in out

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import shutil
 
-from conftest import invoke_kspec
+from conftest import REPO, invoke_kspec
 
 FORWARD, BACKWARD = "specs/softmax.yaml", "specs/softmax_dx.yaml"
 
@@ -22,7 +22,8 @@ def ok(result) -> bool:
 
 
 def up_to_date(result) -> bool:
-    return result[0] == 0 and result[1].endswith("generated/ is up to date for 27 spec(s)\n")
+    specs = len(list((REPO / "specs").glob("*.yaml")))  # the repository's specs, which the copy holds
+    return result[0] == 0 and result[1].endswith(f"generated/ is up to date for {specs} spec(s)\n")
 
 
 def same_as_fresh(root, *args):
@@ -79,6 +80,29 @@ def test_generate_check_after_a_cached_check_still_reads_the_disk(repo_copy):
     rc, out = run(root, "generate", "--check")
     assert rc == 1 and "generated/softmax/" in out, out
     assert run(root, "generate", FORWARD)[0] == 0
+    assert up_to_date(same_as_fresh(root, "generate", "--check"))
+
+
+def test_a_new_tuning_file_of_a_backward_spec_reaches_its_generated_files(repo_copy):
+    """Checking the forward spec re-records its backward spec's entry; files rendered before the
+    backward spec's tuning folder changed must not be kept with the folder's new state."""
+    root = repo_copy
+    dx_tuning = root / "generated" / "softmax_dx" / "_tuning.py"
+    assert run(root, "generate", BACKWARD)[0] == 0
+    before = dx_tuning.read_text()
+    from kspec.codegen import project as pipeline
+
+    sha = pipeline.compile_spec(root / BACKWARD).spec.kernel_sha
+    table = root / "tuning" / "softmax_dx" / "NVIDIA_H100_80GB_HBM3.json"
+    table.parent.mkdir(parents=True, exist_ok=True)
+    entry = {"backend": "triton", "bucket": [8192, 8192], "case": "b8192", "dtype": "float32", "fixed": {},
+             "jax_version": "0.11.2", "kernel_sha": sha, "message": "", "ms": 0.1, "params": {"bm": 2, "warps": 8},
+             "status": "pass"}
+    table.write_text(json.dumps({"device_kind": "NVIDIA H100 80GB HBM3", "kernel": "softmax_dx", "entries": [entry]}))
+    assert run(root, "check", FORWARD)[0] == 0  # records softmax_dx again, as the forward's backward spec
+    assert run(root, "generate", BACKWARD)[0] == 0
+    after = dx_tuning.read_text()
+    assert after != before and "('NVIDIA H100 80GB HBM3', 'triton', 'float32', (8192, 8192), ())" in after
     assert up_to_date(same_as_fresh(root, "generate", "--check"))
 
 

@@ -98,6 +98,12 @@ cases:
   - {name: r, N: 60}
 """
 VJP = "vjp:\n  backward:\n    - spec: dx.yaml\n      inputs: {g: grad(o)}\n      grads: {dx: x}\n"
+# A second output t = x, residual: written by the kernel for the backward pass, not returned.
+RESIDUAL_T = (
+    ("o: {shape: [N], dtype: x}", "o: {shape: [N], dtype: x}\n  t: {shape: [N], dtype: x, residual: true}"),
+    (O_BLOCK, O_BLOCK + '\n  t: {block_shape: [bs], index_map: "i -> (i,)"}'),
+    (BODY, BODY + "\n  t_ref[...] = x_ref[...]"),
+)
 
 
 def vjp(*replacements: tuple, dx: str | None = DX) -> dict:
@@ -148,6 +154,10 @@ SPECS = {
     "E414": backend("  interpret:\n    scratch:\n      bar: {shape: [1], kind: barrier}\n"),
     "E415": mutate(V, ("  bs: 8\n", "  bs: 8\n" + "".join(f"  {p}: {{default: 1, choices: [{', '.join(map(str, range(1, 51)))}]}}\n" for p in "abc")),
                    ("o_ref[...] = x_ref[...] * 2", "o_ref[...] = x_ref[...] * 2 + 0 * (a + b + c)")),
+    "E416": mutate(V, *RESIDUAL_T),
+    "E417": vjp(*RESIDUAL_T),
+    "E418": vjp(("o: {shape: [N], dtype: x}", "o: {shape: [N], dtype: x, residual: true}"),
+                ("vjp:\n", "vjp:\n  residuals: [o]\n"), ("{g: grad(o)}", "{g: o}")),
     "E430": mutate(V, ("cases:", "mesh:\n  cores: {core: 2}\ncases:")),
     "E431": mutate(MESH, ("  grid: {sm: 2}", "  cores: {core: 2}")),
     "E432": mutate(MESH, ("      o: {view", "      y: {view")),
@@ -247,6 +257,9 @@ EXPECTED = {
     "E413": ["specs/bad.yaml:23:7: error[E413]: triton: x: memory_space vmem is not one of triton's", '  = help: memory spaces on triton: any'],
     "E414": ['specs/bad.yaml:23:7: error[E414]: interpret: scratch bar is a barrier, which interpret does not have', '  = help: scratch kinds on interpret: array, dma_semaphore, semaphore'],
     "E415": ['specs/bad.yaml:6:3: error[E415]: interpret: the params\' choices make 1.25e+05 configs to tune; at most 65536 allowed', '  = help: give fewer choices, e.g. to a (50), b (50), c (50)'],
+    "E416": ['specs/bad.yaml:10:39: error[E416]: output `t` is `residual: true` but tiny has no `vjp:` section', '  = help: a residual output exists for the backward pass: add a `vjp:` that saves `t` in vjp.residuals, or drop `residual: true`'],
+    "E417": ['specs/bad.yaml:10:39: error[E417]: output `t` is `residual: true` but vjp.residuals does not save it', "  = help: add `t` to vjp.residuals and bind it to a backward kernel's input, or drop `residual: true`"],
+    "E418": ['specs/bad.yaml:9:39: error[E418]: every output of tiny is `residual: true` (o): it would return nothing', '  = help: leave at least one output without `residual: true`'],
     "E430": ['specs/bad.yaml:18:1: error[E430]: interpret: `mesh`, `pipelines` and `refs` belong to mesh kernels', '  = help: add `kind: mesh` at the top of the spec, or remove them'],
     "E431": ['specs/bad.yaml:10:1: error[E431]: mosaic_gpu: the mesh needs a `grid`', '  = help: e.g. `grid: {sm: num_sms}` for a persistent kernel', 'specs/bad.yaml:11:11: error[E431]: mosaic_gpu: mesh `cores` is not a mosaic_gpu mesh axis', '  = help: mosaic_gpu meshes take grid, cluster, threads'],
     "E432": ['specs/bad.yaml:18:7: error[E432]: mosaic_gpu: pipeline steps: block for unknown operand `y`'],

@@ -142,17 +142,18 @@ def test_guided_strategy_end_to_end_and_resumes(tmp_path):
 
 
 def test_configs_that_change_the_references_params_are_checked_against_their_own_reference(tmp_path):
-    """layer_norm_dparams writes one partial-sum row per block of bm rows, and its reference
+    """layer_norm_bwd writes one partial-sum row per block of bm rows, and its reference
     takes bm too: each config is compared with the reference at its own bm (on the H200 the
     configs other than the default's bm were rejected with a shape mismatch)."""
     from kspec.codegen.run import worker
     from kspec.codegen.run.tasks import Task
 
-    spec_path = ROOT / "specs" / "layer_norm_dparams.yaml"
+    spec_path = ROOT / "specs" / "layer_norm_bwd.yaml"
     spec = pipeline.compile_spec(spec_path).spec
     assign = next(a for a in instances.dtype_assignments(spec, spec.cases[0]) if a["x"] == "float32")
-    task = Task(str(spec_path), spec.name, "interpret", "square", 0, tuple(assign.items()), "float32", 7, "tune",
-                str(ROOT / "generated"), samples=3, configs=((("bm", 4),), (("bm", 16),), (("bm", 8),)))
+    task = Task(spec_path=str(spec_path), kernel=spec.name, backend="interpret", case="square", case_index=0,
+                dtypes=tuple(assign.items()), dtype_label="float32", seed=7, mode="tune",
+                out_root=str(ROOT / "generated"), samples=3, configs=((("bm", 4),), (("bm", 16),), (("bm", 8),)))
     rows = list(worker.tune_task(task))
     assert [(r["params"], r["status"]) for r in rows] == [({"bm": 4}, "pass"), ({"bm": 16}, "pass"), ({"bm": 8}, "pass")]
 
@@ -241,3 +242,33 @@ def test_the_space_is_enumerated_one_config_at_a_time():
     first = next(configs)
     assert first == {f"p{i}": 1 for i in range(63)}
     assert next(configs) == dict(first, p62=2)
+
+
+def test_tune_case_searches_records_and_chooses_without_the_cli(tmp_path):
+    """codegen/tune/case.py tunes one backend x case x dtype with any way to run a task: here the
+    worker in this process. Every trial lands in the store; a second run finds them recorded and
+    tries nothing."""
+    from kspec.codegen.run import worker
+    from kspec.codegen.tune.case import CaseJob, tune_case
+    from kspec.codegen.tune.store import Store
+
+    spec = pipeline.compile_spec(ROOT / "specs" / "layer_norm_bwd.yaml").spec
+    variant, case = spec.variants["interpret"], spec.cases[1]  # ragged, float32
+    assign = next(iter(instances.dtype_assignments(spec, case)))
+    job = CaseJob(spec, variant, 1, case, assign, "cases", str(ROOT / "generated"), "cpu", "0", samples=3, seed=2)
+    store, said, batches = Store(tmp_path, spec.name, "cpu"), [], []
+
+    def run(task, started, planned):
+        batches.append([dict(c) for c in task.configs])
+        return worker.tune_task(task)
+
+    assert tune_case(job, store, store.done(), run, said.append) is False
+    assert said[0] == "layer_norm_bwd[interpret] ragged float32: 4 configs, 0 pruned statically, 4 to try"
+    assert batches == [[{"bm": 4}, {"bm": 8}, {"bm": 16}, {"bm": 32}]]
+    assert [(e["params"], e["status"], e["bucket"], e["dtype"]) for e in store.entries] == [
+        ({"bm": bm}, "pass", [64, 256], "float32") for bm in (4, 8, 16, 32)]
+    fastest = min(store.entries, key=lambda e: e["ms"])
+    assert re.fullmatch(rf"  best {re.escape(str(fastest['params']))}: [0-9.]+ ms, [0-9.]+x the default's [0-9.]+ ms "
+                        rf"-> {re.escape(str(store.path))}", said[-1])
+    again = Store(tmp_path, spec.name, "cpu")
+    assert tune_case(job, again, again.done(), run, said.append) is False and len(batches) == 1

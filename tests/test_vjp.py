@@ -96,7 +96,7 @@ def test_verify_shows_forward_and_grad_rows(tmp_path):
     for backend in ("interpret", "mosaic_tpu"):
         assert rows[("layer_norm", backend, "run")] == rows[("layer_norm", backend, "grad")] == "pass"
         # the backward kernels are verified as the specs they are
-        assert rows[("layer_norm_dx", backend, "run")] == rows[("layer_norm_dparams", backend, "run")] == "pass"
+        assert rows[("layer_norm_bwd", backend, "run")] == "pass"
     assert rows[("layer_norm", "triton", "grad")] == "skip"
     assert re.search(r"^layer_norm +interpret +grad +ragged +float32 +pass ", r.out, re.MULTILINE)
     r = invoke_kspec("verify", "--lower", "specs/layer_norm.yaml", "--case", "ragged", "--json", report, cwd=REPO,
@@ -292,7 +292,7 @@ def test_a_backward_spec_outside_the_folder_is_refused(tmp_path):
     (tmp_path / "specs" / "a.yaml").write_text(text)
     r = invoke_kspec("check", "specs/a.yaml", cwd=tmp_path)
     refusal = ("specs/a.yaml:18:13: error[E200]: vjp.backward.0.spec must be the name of a spec file in this spec's "
-               "folder, such as `layer_norm_dx.yaml`")
+               "folder, such as `layer_norm_bwd.yaml`")
     assert (r.rc, r.out.splitlines()) == (2, [refusal, "1 error(s) in 1 of 1 spec(s)"])
 
 
@@ -308,5 +308,5 @@ def test_grad_of_a_kernel_without_vjp_says_how_to_add_one():
         jax.grad(lambda a: add(a, x).sum())(x)
     assert str(raised.value) == (
         "add: the kernel declares no gradient, so jax.grad and jax.vjp cannot differentiate it; add a `vjp:` "
-        "section to its spec that names the backward kernels (kspec's README: Autodiff), or differentiate add_reference")
+        "section to its spec that names the backward kernels (`kspec docs spec`: Autodiff), or differentiate add_reference")
     assert jax.jit(add)(x, x).shape == (256, 512) and jax.vmap(add)(x[None], x[None]).shape == (1, 256, 512)

@@ -12,20 +12,25 @@ from kspec.codegen.verify import _dtype_reason, _skip_reason, matrix
 
 
 def plan(compiled: list, *, backends: list, cases: list, seed: int, samples: int, platform: str,
-         ceilings: tuple = (), suite: str = "bench") -> tuple:
+         ceilings: tuple = (), suite: str = "bench", grad: bool = False) -> tuple:
     """(tasks, skipped) for every spec's bench cases (its verify cases if it has none), or with
-    `suite` "sweep" every shape of its families."""
+    `suite` "sweep" every shape of its families. `grad`: the tasks time the forward and backward
+    pass through the spec's `vjp:` against the reference's autodiff (specs without one are skipped)."""
     tasks, skipped = [], []
     wanted = suite
     for c, name, i, case, assign, label in matrix(compiled, backends=backends, cases=cases, suite=wanted):
         suite = "sweep" if wanted == "sweep" else "bench" if c.spec.bench else "cases"
         task = Task(
-            str(c.path), c.spec.name, name, case.name, i, tuple(assign.items()), label, seed,
-            "bench", str(pipeline.out_root_for(c.path)), suite=suite, samples=samples, ceilings=ceilings,
+            spec_path=str(c.path), kernel=c.spec.name, backend=name, case=case.name, case_index=i,
+            dtypes=tuple(assign.items()), dtype_label=label, seed=seed, mode="bench",
+            out_root=str(pipeline.out_root_for(c.path)), suite=suite, samples=samples, ceilings=ceilings,
+            grad=grad,
         )
         why = _skip_reason(name, platform, False) or _dtype_reason(c.spec.variants[name], assign, None if wanted == "sweep" else case)
         if name == "mosaic_tpu" and platform != "tpu":
             why = "TPU interpret mode is a simulator: timing it means nothing"
+        if grad and c.spec.vjp is None and not why:
+            why = "no `vjp:`: the spec declares no backward pass to time"
         if why:
             skipped.append(result(task, "skip", why))
         else:
@@ -34,7 +39,9 @@ def plan(compiled: list, *, backends: list, cases: list, seed: int, samples: int
 
 
 def ceilings_task() -> Task:
-    return Task("", "ceilings", "", "", 0, (), "", 0, "ceilings", "")
+    """The task that measures copy bandwidth and bf16 matmul throughput (`--measure-ceilings`)."""
+    return Task(spec_path="", kernel="ceilings", backend="", case="", case_index=0, dtypes=(), dtype_label="",
+                seed=0, mode="ceilings", out_root="")
 
 
 def _f(value, fmt: str = ".3f") -> str:
@@ -100,6 +107,9 @@ def markdown(rows: list, *, meta: dict) -> str:
         f"- date: {meta['date']}",
         f"- seed: {meta['seed']}, samples per figure: {meta['samples']}",
         f"- roofline: {meta['roofline']}",
+        *([("- timed: the forward and backward pass, jax.vjp through the spec's `vjp:` kernels, against "
+            "XLA's autodiff of the reference and of each competitor (no roofline: the cost estimate "
+            "counts the forward pass)")] if meta.get("grad") else []),
         "",
         ("Each figure is the median per-call time over the samples (10th-90th percentile in brackets), "
         "the kernel and its XLA reference sampled in alternation in one process after a warm-up and a "

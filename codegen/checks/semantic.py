@@ -50,7 +50,7 @@ TEMPLATE_NAMES = frozenset({
 TEMPLATE_LOCALS = frozenset({"chosen", "mesh", "module", "num_sms", "options", "out", "params"})
 RESERVED = frozenset(
     {"jax", "jnp", "lax", "pl", "np", "functools", "math", "pltpu", "plgpu", "pltriton"}
-    | {"backend", "interpret", "cdiv"}
+    | {"backend", "interpret", "cdiv", "residuals"}
     | TEMPLATE_NAMES
     | set(keyword.kwlist)
     | set(dir(builtins))
@@ -61,7 +61,7 @@ ALLOWED_IMPORT_ROOTS = frozenset({"jax", "numpy"}) | frozenset(sys.stdlib_module
 
 def check(spec: KernelSpec) -> list[Diagnostic]:
     diags = _names(spec) + _dtypes(spec) + _code(spec)
-    diags += _prefetch(spec) + _inits(spec) + _aliases(spec)
+    diags += _prefetch(spec) + _inits(spec) + _aliases(spec) + _residuals(spec)
     for variant in spec.variants.values():
         diags += _structure(spec, variant) + _backend_surface(spec, variant) + _tune_space(variant)
         diags += _mesh.structure(spec, variant, _unknown)
@@ -520,6 +520,27 @@ def _aliases(spec: KernelSpec) -> list:
         if spec.aliases and not BACKENDS[v.backend].aliases:
             out.append(Diagnostic("E412", f"input_output_aliases: the {v.backend} backend does not alias buffers", spec.aliases_loc,
                                   "drop the alias or this backend"))
+    return out
+
+
+def _residuals(spec: KernelSpec) -> list:
+    """E416 to E418: a residual output (`residual: true`) is saved for a backward pass that
+    takes it, and the kernel still returns something."""
+    residual = [o for o in spec.outputs if o.residual]
+    out = []
+    for o in residual:
+        if spec.vjp is None:
+            out.append(Diagnostic("E416", f"output `{o.name}` is `residual: true` but {spec.name} has no `vjp:` section",
+                                  o.residual_loc, "a residual output exists for the backward pass: add a `vjp:` "
+                                  f"that saves `{o.name}` in vjp.residuals, or drop `residual: true`"))
+        elif o.name not in spec.vjp.residuals:
+            out.append(Diagnostic("E417", f"output `{o.name}` is `residual: true` but vjp.residuals does not save it",
+                                  o.residual_loc, f"add `{o.name}` to vjp.residuals and bind it to a backward kernel's "
+                                  "input, or drop `residual: true`"))
+    if residual and len(residual) == len(spec.outputs):
+        names = ", ".join(o.name for o in residual)
+        out.append(Diagnostic("E418", f"every output of {spec.name} is `residual: true` ({names}): it would return nothing",
+                              residual[0].residual_loc, "leave at least one output without `residual: true`"))
     return out
 
 

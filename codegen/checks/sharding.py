@@ -82,6 +82,10 @@ def _names(spec, sh: Sharding) -> list:
             out.append(Diagnostic("E802", f"partition spec for unknown operand `{name}`", ps.loc,
                                   did_you_mean(name, operands)))
             continue
+        if op.residual:
+            out.append(Diagnostic("E802", f"partition spec for `{name}`, a residual output, which the sharded "
+                                  "function does not return", ps.loc, f"drop the partition spec of {name}"))
+            continue
         if len(ps.dims) > op.rank:
             out.append(Diagnostic("E802", f"{name}: partition spec has {len(ps.dims)} entries but {name} has rank {op.rank}",
                                   ps.loc, "give at most one entry per dim; null leaves a dim whole"))
@@ -97,9 +101,9 @@ def _names(spec, sh: Sharding) -> list:
                 out.append(Diagnostic("E802", f"{name}: dim {d} is `{op.shape[d].source}`; only a dim named alone "
                                       "in the shape can be split", loc, "split a dim whose shape entry is a dim name"))
     for name, red in sh.reductions.items():
-        if name not in {o.name for o in spec.outputs}:
-            out.append(Diagnostic("E802", f"reduction for `{name}`, which is not an output", red.loc,
-                                  did_you_mean(name, [o.name for o in spec.outputs])))
+        if name not in {o.name for o in spec.returned}:
+            out.append(Diagnostic("E802", f"reduction for `{name}`, which is not a returned output", red.loc,
+                                  did_you_mean(name, [o.name for o in spec.returned])))
         for axis in red.axes:
             known(axis, red.loc, f"{name} {red.op}")
     return out
@@ -141,7 +145,7 @@ def _outputs(spec, sh: Sharding, split: dict) -> list:
     are split over either splits the output or is reduced over."""
     out = []
     input_axes = {a for op in spec.inputs for axes in sh.split(op.name, op.rank) for a in axes}
-    for op in spec.outputs:
+    for op in spec.returned:  # a residual output stays inside the kernel's custom_vjp
         ps = sh.specs.get(op.name)
         loc = ps.loc if ps is not None else sh.loc
         own = sh.split(op.name, op.rank)

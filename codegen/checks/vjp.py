@@ -6,6 +6,8 @@ kernels take the shapes and dtypes the forward pass gives them and give back gra
 shaped like the inputs. The section's model is codegen/spec/vjp.py.
 The backward specs are other files: `pipeline` loads and checks them (E420 when one
 cannot be used, E426 for a cycle) and passes the valid ones here as `linked`.
+A residual output (`residual: true`) may be saved and bound like any output, but it is not
+returned, so it has no cotangent; semantic.py checks that it is saved (E416 to E418).
 """
 
 from __future__ import annotations
@@ -97,7 +99,7 @@ def dtype_witness(spec, name: str) -> tuple | None:
     for r in spec.vjp.residuals:
         if spec.operand(r) is not None and _root(spec, spec.operand(r)) == root:
             return ("residual", r)
-    for o in spec.outputs:
+    for o in spec.returned:  # a residual output has no cotangent
         if _root(spec, o) == root:
             return ("cotangent", o.name)
     return None
@@ -151,7 +153,7 @@ def _names(spec) -> list:
         if r in operands and r not in used:
             out.append(Diagnostic("E422", f"vjp.residuals: `{r}` is saved but no backward kernel takes it", loc,
                                   "drop it from vjp.residuals"))
-    for o in spec.outputs:
+    for o in spec.returned:
         if _floating(spec, o) and o.name not in fed:
             out.append(Diagnostic("E422", f"vjp: no backward kernel takes grad({o.name}), the cotangent of output {o.name}",
                                   vjp.loc, f"bind grad({o.name}) to an input of a backward kernel"))
@@ -171,7 +173,10 @@ def _binding(spec, entry: Backward, b: Binding) -> list:
     if b.cotangent:
         if op is None or op.role != "output":
             return [Diagnostic("E421", f"{where}: `{b.source}` in `{b.text}` is not an output of {spec.name}", b.loc,
-                               did_you_mean(b.source, [o.name for o in spec.outputs]))]
+                               did_you_mean(b.source, [o.name for o in spec.returned]))]
+        if op.residual:
+            return [Diagnostic("E422", f"{where}: output `{b.source}` is `residual: true`, so it is not returned and "
+                               f"`{b.text}` does not exist", b.loc, f"bind `{b.source}` itself, the saved residual")]
         return []
     if op is None:
         return [Diagnostic("E421", f"{where}: `{b.source}` is not an input or output of {spec.name}", b.loc,

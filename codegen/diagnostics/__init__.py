@@ -11,8 +11,9 @@ import difflib
 from typing import Iterable
 
 # code -> one-line title. Grouped by pipeline stage: E1xx loading, E2xx schema,
-# E3xx expressions, E4xx structure (E42x: vjp), E5xx per-case checks, E6xx Python code,
-# E7xx backend hardware rules, E8xx sharding; W9xx warnings.
+# E3xx expressions, E4xx structure (E416 to E418: residual outputs; E42x: vjp),
+# E5xx per-case checks, E6xx Python code, E7xx backend hardware rules, E8xx sharding;
+# W9xx warnings.
 CODES: dict[str, str] = {
     "E100": "cannot read the spec file",
     "E101": "malformed YAML",
@@ -55,6 +56,9 @@ CODES: dict[str, str] = {
     "E413": "block spec feature not supported by the backend",
     "E414": "scratch kind not supported by the backend",
     "E415": "too many configs to tune",
+    "E416": "residual output in a spec without vjp",
+    "E417": "residual output not saved for the backward pass",
+    "E418": "every output is residual",
     "E420": "backward spec cannot be used",
     "E421": "unknown name in vjp",
     "E422": "backward kernel input or param bound wrongly",

@@ -165,8 +165,11 @@ class _Context:
         if len(spec.dims) == 1:
             self.dims_tuple += ","
         self.dims_lhs = (", ".join(spec.dims) + ("," if len(spec.dims) == 1 else "")) if spec.dims else "_"
-        outs = [f"{o.name} [{', '.join(e.shown for e in o.shape)}]" for o in spec.outputs]
+        outs = [f"{o.name} [{', '.join(e.shown for e in o.shape)}]" for o in spec.returned]
         self.returns = outs[0] if len(outs) == 1 else "the tuple (" + ", ".join(outs) + ")"
+        every = [f"{o.name} [{', '.join(e.shown for e in o.shape)}]" for o in spec.outputs]
+        # A backend function returns the residual outputs too when called with residuals=True.
+        self.with_residuals = "the tuple (" + ", ".join(every) + ")" if len(every) > len(outs) else None
 
     def common(self) -> dict:
         spec = self.spec
@@ -228,6 +231,7 @@ class _Context:
         indices = _grid_indices(variant)
         kwargs = [p.name for p in variant.params] + list(spec.dims)
         static = [p.name for p in variant.params] + (["interpret"] if backend.interpret == "interpret" else [])
+        static += ["residuals"] if self.with_residuals else []
         # manual_axis_type: inside jax.shard_map(check_vma=True) the outputs vary over the
         # mesh axes the inputs vary over; outside it is empty and changes nothing.
         varying = f"_signature.manual_axis_type({', '.join(self.inputs)})"
@@ -259,7 +263,10 @@ class _Context:
             kernel_kwargs=kwargs,
             params=self.params(variant),
             signature=self.signature_of(
-                variant, ("interpret=False",) if backend.interpret == "interpret" else (), tuned=True
+                variant,
+                (("interpret=False",) if backend.interpret == "interpret" else ())
+                + (("residuals=False",) if self.with_residuals else ()),
+                tuned=True,
             ),
             tunable=[p.name for p in variant.params if p.resolved],
             untuned=[p.name for p in variant.params if not p.resolved],
@@ -282,12 +289,25 @@ class _Context:
             cost_estimate=self._cost(),
             padded_inputs=padded_inputs,
             cropped=cropped,
+            with_residuals=self.with_residuals,
+            residual_names=[o.name for o in spec.outputs if o.residual],
+            keep=self._keep(),
         )
         if spec.kind == "mesh":
             out.update(self._mesh(variant))
         elif backend.name == "mosaic_gpu":
             out.update(self._pipeline(variant))  # its compiler_params lose the pipeline's fields
         return out
+
+    def _keep(self) -> str | None:
+        """What a backend function returns of its kernel's outputs `out`, for a spec with residual
+        outputs: all of them with residuals=True, else the others; None without residual outputs."""
+        outputs = self.spec.outputs
+        kept = [n for n, o in enumerate(outputs) if not o.residual]
+        if len(kept) == len(outputs):
+            return None
+        returned = f"out[{kept[0]}]" if len(kept) == 1 else _tuple(f"out[{n}]" for n in kept)
+        return f"out if residuals else {returned}"
 
     def _whole_blocks(self, variant: Variant) -> tuple:
         """Pallas Triton neither masks nor clips a ragged last block: the program reads and
@@ -614,14 +634,20 @@ class _Context:
             })
         outputs = [o.name for o in spec.outputs]
         residuals = list(vjp.residuals)
+        returned = [o.name for o in spec.returned]
         return dict(
             self.common(),
             outputs=outputs,
+            returned=returned,
+            hidden=[o.name for o in spec.outputs if o.residual],
+            outputs_lhs=", ".join(o.name if not o.residual else "_" for o in spec.outputs),
+            returned_value=", ".join(returned),
             residuals=residuals,
             output_residuals=any(r in outputs for r in residuals),
             residuals_lhs=", ".join(residuals) if len(residuals) != 1 else f"({residuals[0]},)",
             residuals_value=_tuple(residuals),
-            cotangents=[f"_grad_{o}" for o in outputs],
+            # a residual output is not returned: its cotangent is always zero, and unused
+            cotangents=[f"_grad_{o.name}" if not o.residual else "_" for o in spec.outputs],
             entries=entries,
             packages=sorted({e["package"] for e in entries}),
             passed=passed,
@@ -647,11 +673,11 @@ class _Context:
             axes = _tuple(f'"{a}"' for a in red.axes)
             return f"lax.{red.op}({o.name}, {axes})"
 
-        out_specs = [pspec(o.name) for o in spec.outputs]
+        out_specs = [pspec(o.name) for o in spec.returned]  # the kernel returns no residual output
         return dict(
             self.common(),
-            outputs=[o.name for o in spec.outputs],
-            returns_expr=", ".join(reduced(o) for o in spec.outputs),
+            outputs=[o.name for o in spec.returned],
+            returns_expr=", ".join(reduced(o) for o in spec.returned),
             params=list(dict.fromkeys(p.name for v in spec.variants.values() for p in v.params)),
             mesh_axes="{" + ", ".join(f'"{a.name}": {a.size}' for a in sh.mesh) + "}",
             axis_names="frozenset({" + ", ".join(f'"{a}"' for a in sh.axis_names) + "})",

@@ -81,7 +81,11 @@ def passed_over(task, prep) -> str | None:
     return why
 
 
-def bench(task, prep, check_outputs) -> dict:
+def bench(task, prep, check_outputs, vjp_module=None) -> dict:
+    """One bench task's row. With `task.grad`, the functions timed are the forward and backward
+    pass (jax.vjp, then the pullback of fixed random cotangents): the spec's custom_vjp from
+    `vjp_module` (the package's _vjp.py) against XLA's autodiff of the reference, and of each
+    competitor. The cost_estimate counts the forward only, so a grad row has no roofline."""
     import jax
 
     start = time.monotonic()
@@ -92,8 +96,13 @@ def bench(task, prep, check_outputs) -> dict:
     prep = prep.with_params(tuned_params(task, prep))
     kernel = functools.partial(prep.fn, **prep.params)
     reference = functools.partial(prep.ref_fn, **prep.ref_params)
-    outs = jax.block_until_ready(kernel(*prep.inputs))
-    verdict = check_outputs(task, prep, outs, round(time.monotonic() - start, 3))
+    if task.grad:
+        verdict, kernel, reference, extra = _grad_calls(task, prep, vjp_module, start)
+        outs = ()
+    else:
+        outs = jax.block_until_ready(kernel(*prep.inputs))
+        verdict = check_outputs(task, prep, outs, round(time.monotonic() - start, 3))
+        extra = []
     if verdict["status"] != "pass":
         verdict["message"] = "not timed, wrong result: " + verdict["message"]
         return verdict
@@ -104,22 +113,24 @@ def bench(task, prep, check_outputs) -> dict:
         bandwidth, tflops = task.ceilings
         table = {d: tflops for d in ("bfloat16", "float16")}
         peak = Peak("measured", table, bandwidth, peak.l2_bytes if peak else 0)
-    arg_sets = _input_sets(task, prep, peak.l2_bytes if peak else 0)
+    arg_sets = [list(args) + extra for args in _input_sets(task, prep, peak.l2_bytes if peak else 0)]
     copies = len(arg_sets)
-    compiled_k, compile_k = _compile(kernel, prep.inputs)
-    compiled_r, compile_r = _compile(reference, prep.inputs)
-    flops, trans, nbytes = work(prep, outs)
+    compiled_k, compile_k = _compile(kernel, arg_sets[0])
+    compiled_r, compile_r = _compile(reference, arg_sets[0])
+    flops, trans, nbytes = (None, None, None) if task.grad else work(prep, outs)
     compute = dt.least_precise(prep.dtypes[o.name] for o in prep.spec.inputs)
-    bound = _bound(peak, compute, flops, nbytes)
+    bound = None if task.grad else _bound(peak, compute, flops, nbytes)
     calls = {"kernel": timing.rotating(compiled_k, arg_sets), "reference": timing.rotating(compiled_r, arg_sets)}
     competitors = {}  # name -> its entry in the row, in the spec's order
-    for name, entry in _competitors(task, prep, device.platform, check_outputs):
+    rivals = _grad_competitors(task, prep, device.platform, extra) if task.grad else \
+        _competitors(task, prep, device.platform, check_outputs)
+    for name, entry in rivals:
         competitors[name] = None  # its place
         if callable(entry):  # checked and compiled: timed in the same rounds
             calls[f"competitor:{name}"] = timing.rotating(entry, arg_sets)
         else:
             competitors[name] = entry
-    if bound != "compute":  # memory-bound, or no peaks to tell: a copy of as many bytes, in the same rounds
+    if bound != "compute" and not task.grad:  # memory-bound, or no peaks to tell: a copy of as many bytes
         calls["copy"] = _copy_call(nbytes, copies)
     times = timing.sample(calls, samples=task.samples)
     k, r = timing.stats(times["kernel"]), timing.stats(times["reference"])
@@ -157,8 +168,9 @@ def bench(task, prep, check_outputs) -> dict:
         "bytes": nbytes,
         "tflops": flops / seconds / 1e12 if flops else None,
         "ref_tflops": flops / (r["median_ms"] / 1e3) / 1e12 if flops else None,
-        "gbs": nbytes / seconds / 1e9,
-        "ref_gbs": nbytes / (r["median_ms"] / 1e3) / 1e9,
+        "gbs": nbytes / seconds / 1e9 if nbytes else None,
+        "ref_gbs": nbytes / (r["median_ms"] / 1e3) / 1e9 if nbytes else None,
+        "grad": task.grad,
         "device": device.device_kind,
         "roofline_pct": None,
         "ref_roofline_pct": None,
@@ -171,7 +183,7 @@ def bench(task, prep, check_outputs) -> dict:
         "competitors": competitors,
         "samples_ms": {name: [t * 1e3 for t in ts] for name, ts in times.items()},
     }
-    if peak:
+    if peak and not task.grad:
         floor = max(_floors(peak, compute, flops, nbytes))
         figures["roofline_pct"] = 100 * floor / seconds
         figures["ref_roofline_pct"] = 100 * floor / (r["median_ms"] / 1e3)
@@ -201,6 +213,85 @@ def _below(what: str, measured: tuple, floor_name: str, least: float) -> list:
     if hi >= least:
         return []
     return [f"too slow: {what} {speedup:.3f}x ({lo:.3f}-{hi:.3f}) is below the case's {floor_name}"]
+
+
+def _fwd_bwd(fn, wrt: list, n_inputs: int):
+    """`fn`'s forward and backward pass as one function of its inputs followed by the cotangents
+    of its outputs: jax.vjp over the inputs at `wrt`, pulled back; returns the outputs and the
+    gradients. The outputs are returned as a training step uses them (the next layer reads them):
+    without them XLA would fuse the forward pass into the backward one and never write them."""
+    import jax
+
+    from kspec.codegen.run.grad import _like, _on
+
+    def both(*args):
+        inputs, cotangents = list(args[:n_inputs]), list(args[n_inputs:])
+        outs, pullback = jax.vjp(_on(fn, inputs, wrt), *[inputs[i] for i in wrt])
+        return outs, pullback(_like(outs, cotangents))
+
+    return both
+
+
+def _grad_calls(task, prep, vjp_module, start: float) -> tuple:
+    """(verdict, kernel, reference, cotangents) for a grad bench task: the gradients checked as
+    `kspec verify`'s grad rows check them, then the kernel's custom_vjp and the reference's autodiff
+    as functions of (inputs..., cotangents...). The cotangents are seeded random numbers, the
+    same for every input set."""
+    import jax
+
+    from kspec.codegen.run import grad as gradrun
+    from kspec.codegen.run.inputs import rng_for
+
+    verdict = gradrun.grad(task, prep, vjp_module, None, start)
+    wrt = gradrun._wrt(prep)
+    fn = vjp_module.differentiable(task.backend, tuple(sorted(prep.params.items())))
+    outs = gradrun._flat(jax.eval_shape(fn, *prep.inputs))
+    names = [op.name for op in prep.spec.outputs if not getattr(op, "residual", False)]
+    cotangents = [gradrun._cotangent(jax.numpy.zeros(o.shape, o.dtype), rng_for(task, f"grad({name})"))
+                  for name, o in zip(names, outs)]
+    reference = functools.partial(prep.ref_fn, **prep.ref_params)
+    n = len(prep.inputs)
+    return verdict, _fwd_bwd(fn, wrt, n), _fwd_bwd(reference, wrt, n), cotangents
+
+
+def _grad_competitors(task, prep, platform: str, cotangents: list):
+    """_competitors for a grad bench task: each competitor's forward and backward pass by jax's
+    autodiff, its gradients checked against the reference's run at higher precision."""
+    import sys
+
+    import jax
+
+    from kspec.codegen.run import grad as gradrun
+    from kspec.codegen.run.compare import compare_all
+    from kspec.codegen.run.inputs import upcast
+
+    declared = getattr(sys.modules[prep.ref_fn.__module__], "COMPETITORS", {})
+    wrt, n = gradrun._wrt(prep), len(prep.inputs)
+    args = list(prep.inputs) + list(cotangents)
+    wanted = None
+    tol = dt.tolerance(list(prep.dtypes.values()), prep.spec.tolerance, prep.case.tolerance)
+    for name, (fn, platforms) in declared.items():
+        if platform not in platforms:
+            yield name, {"status": "skip", "message": f"runs on {', '.join(platforms)}, not on {platform}"}
+            continue
+        call = _fwd_bwd(functools.partial(fn, **prep.ref_params), wrt, n)
+        try:
+            if wanted is None:
+                with jax.default_matmul_precision("highest"):
+                    wide = [upcast(x) if x.dtype != jax.dtypes.float0 else x for x in args]
+                    wanted = _fwd_bwd(functools.partial(prep.ref_fn, **prep.ref_params), wrt, n)(*wide)[1]
+            got = jax.block_until_ready(call(*args))[1]
+            named = [(f"grad of {prep.spec.inputs[i].name}", g, w) for i, g, w in zip(wrt, got, wanted)]
+            check = compare_all(named, tol["atol"], tol["rtol"], rel_err=tol.get("rel_err"))
+            compiled = _compile(call, args)[0] if check.get("passed") else None
+        except Exception as e:  # noqa: BLE001 - a competitor that cannot run here is reported, not fatal
+            lines = str(e).strip().splitlines()
+            yield name, {"status": "error", "message": f"{type(e).__name__}: {lines[0][:200] if lines else ''}"}
+            continue
+        if compiled is None:
+            yield name, {"status": "fail", "message": "not timed, wrong gradient: " + check["message"]}
+        else:
+            yield name, compiled
 
 
 def _competitors(task, prep, platform: str, check_outputs):

@@ -15,28 +15,58 @@ def _as_f64(x) -> np.ndarray:
 
 
 DEVICE_THRESHOLD = 1 << 22  # elements; larger outputs are compared on the device
+# The scale of a reference whose finite values are all zero (float32's smallest normal number):
+# such a reference is matched only by zeros, within atol x SCALE_FLOOR.
+SCALE_FLOOR = float(np.finfo(np.float32).tiny)
 
 
-def compare(out, ref, atol: float, rtol: float, normwise: float | None = None) -> dict:
-    """Metrics and a verdict. An element passes when |out - ref| <= atol + rtol * |ref|;
-    a NaN or Inf where the reference is finite never passes. With `normwise` (the input kinds
-    other than normal, whose data can be ill-conditioned) the elements are not judged one by one:
-    the output passes when no element breaks the NaN/Inf rule and rel_err is at most `normwise`."""
+def scale(ref) -> float:
+    """An output's scale: the root mean square of the reference's finite values, at least
+    SCALE_FLOOR. The tolerance's atol is a fraction of it (see compare)."""
+    r = _as_f64(ref)
+    finite = np.isfinite(r)
+    count = int(np.sum(finite))
+    rms = float(np.linalg.norm(np.where(finite, r, 0.0))) / np.sqrt(count) if count else 0.0
+    return max(rms, SCALE_FLOOR)
+
+
+def norm_bound(atol: float, rtol: float, rel_err: float | None = None) -> float:
+    """The bound on an output's rel_err: the tolerance's `rel_err` (codegen/spec/dtypes.py); without
+    one, the larger of atol and rtol (no more than the elements' own bounds imply)."""
+    return max(atol, rtol) if rel_err is None else rel_err
+
+
+def compare(out, ref, atol: float, rtol: float, normwise: float | None = None, *, rel_err: float | None = None) -> dict:
+    """Metrics and a verdict. With s the output's scale (`scale`: the RMS of the reference's
+    finite values), an element passes when |out - ref| <= atol * s + rtol * |ref|, and the output
+    passes when every element passes and its rel_err = ||out - ref|| / ||ref|| is at most `rel_err`
+    (`norm_bound`: without it, max(atol, rtol)); a NaN or Inf where the reference is finite never
+    passes. With `normwise` (the input kinds other than normal, whose data can be ill-conditioned)
+    the elements are not judged one by one: the output passes when no element breaks the NaN/Inf
+    rule and rel_err is at most `normwise`.
+
+    Besides the metrics verify reports, the verdict holds how close the output came to the rule's
+    bounds (scripts/calibrate_tolerances.py reports them): `worst_ratio`, the largest
+    |out - ref| / (atol * s + rtol * |ref|) over the elements finite in both, and `norm_ratio`,
+    rel_err over its bound; an output with no NaN/Inf trouble passes when both are at most 1."""
+    bound = norm_bound(atol, rtol, rel_err)
     if getattr(out, "size", 0) > DEVICE_THRESHOLD and getattr(out, "shape", None) == getattr(ref, "shape", None):
-        return _normwise(_compare_on_device(out, ref, atol, rtol), normwise)
+        return _normwise(_compare_on_device(out, ref, atol, rtol, bound), normwise)
     o, r = _as_f64(out), _as_f64(ref)
     if o.shape != r.shape:
         return {"passed": False, "message": f"shape {o.shape} differs from the reference's {r.shape}"}
     finite_ref = np.isfinite(r)
     finite_out = np.isfinite(o)
     both = finite_ref & finite_out
-    diff = np.where(both, np.abs(o - r), 0.0)
-    within = np.where(both, diff <= atol + rtol * np.abs(r), False)
+    floor = atol * scale(r)
+    with np.errstate(invalid="ignore"):  # inf - inf where neither is finite: not compared
+        diff = np.where(both, np.abs(o - r), 0.0)
+    within = np.where(both, diff <= floor + rtol * np.abs(r), False)
     # Where the reference itself is not finite, the kernel must agree exactly (NaN with NaN).
     same_nonfinite = ~finite_ref & ((np.isnan(o) & np.isnan(r)) | (o == r))
     within |= same_nonfinite
     bad_nonfinite = int(np.sum(finite_ref & ~finite_out))
-    denom = np.maximum(np.abs(r), atol if atol > 0 else np.finfo(np.float64).tiny)
+    denom = np.maximum(np.abs(r), floor if floor > 0 else np.finfo(np.float64).tiny)
     rel = np.where(both, diff / denom, 0.0)
     ref_norm = float(np.linalg.norm(np.where(finite_ref, r, 0.0)))
     err_norm = float(np.linalg.norm(diff))
@@ -47,17 +77,40 @@ def compare(out, ref, atol: float, rtol: float, normwise: float | None = None) -
         "rel_err": err_norm / ref_norm if ref_norm > 0 else err_norm,
         "frac_within_tol": float(np.sum(within)) / n,
     }
-    passed = bool(within.all())
-    worst = np.unravel_index(int(np.argmax(np.where(within, -1.0, diff + 1.0))), o.shape) if o.ndim else ()
-    shown = f"worst at {tuple(int(i) for i in worst)}: got {o[worst].item():.6g}, expected {r[worst].item():.6g}"
-    if passed:
-        message = ""
-    elif bad_nonfinite:
-        message = f"{bad_nonfinite} element(s) are NaN/Inf where the reference is finite"
+    bounds = np.where(both, floor + rtol * np.abs(r), 1.0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratios = np.where(diff > 0, diff / bounds, 0.0)  # diff > 0 with a bound of 0: inf
+    metrics["worst_ratio"] = float(ratios.max()) if o.size else 0.0
+    metrics["norm_ratio"] = _ratio(metrics["rel_err"], bound)
+    outside = o.size - int(np.sum(within))
+    if o.size:
+        # The worst element: the largest error among those outside the tolerance, else the largest.
+        key = np.where(within, -1.0, diff + 1.0) if outside else diff
+        worst = np.unravel_index(int(np.argmax(key)), o.shape) if o.ndim else ()
+        shown = f"worst at {tuple(int(i) for i in worst)}: got {o[worst].item():.6g}, expected {r[worst].item():.6g}"
     else:
-        message = f"{n - int(np.sum(within))} of {n} elements outside tolerance; {shown}"
+        shown = "no elements"
     unlike = bad_nonfinite + int(np.sum(~finite_ref & ~same_nonfinite))
-    return _normwise(dict(metrics, passed=passed, message=message, nonfinite=unlike, worst=shown), normwise)
+    verdict = dict(metrics, nonfinite=unlike, worst=shown)
+    return _normwise(_judged(verdict, outside, o.size, bad_nonfinite, bound), normwise)
+
+
+def _ratio(value: float, bound: float) -> float:
+    """value / bound, with 0 / 0 = 0 and x / 0 = inf."""
+    return value / bound if bound > 0 else (float("inf") if value > 0 else 0.0)
+
+
+def _judged(verdict: dict, outside: int, n: int, bad_nonfinite: int, bound: float) -> dict:
+    """The verdict of the rule in compare, from its counts and metrics, with its message."""
+    if bad_nonfinite:
+        message = f"{bad_nonfinite} element(s) are NaN/Inf where the reference is finite"
+    elif outside:
+        message = f"{outside} of {n} elements outside tolerance; {verdict['worst']}"
+    elif verdict["rel_err"] > bound:
+        message = f"rel_err {verdict['rel_err']:.3g} is above {bound:.3g}; {verdict['worst']}"
+    else:
+        message = ""
+    return dict(verdict, passed=not message, message=message)
 
 
 def _normwise(verdict: dict, bound: float | None) -> dict:
@@ -72,13 +125,14 @@ def _normwise(verdict: dict, bound: float | None) -> dict:
     return dict(verdict, passed=True, message="")
 
 
-def compare_all(named: list, atol: float, rtol: float, normwise: float | None = None) -> dict:
+def compare_all(named: list, atol: float, rtol: float, normwise: float | None = None, *,
+                rel_err: float | None = None) -> dict:
     """compare() over (name, value, reference) triples, the verdict verify reports: the first
     failing one's, else the one with the largest rel_err; its message starts with the name.
     A verdict without metrics (shapes that differ) ends the comparison."""
     worst: dict = {}
     for name, got, want in named:
-        verdict = compare(got, want, atol, rtol, normwise)
+        verdict = compare(got, want, atol, rtol, normwise, rel_err=rel_err)
         if "max_abs_err" not in verdict:
             return dict(verdict, message=f"{name}: {verdict['message']}")
         if not worst or not verdict["passed"] or verdict["rel_err"] > worst["rel_err"]:
@@ -88,7 +142,7 @@ def compare_all(named: list, atol: float, rtol: float, normwise: float | None = 
     return worst
 
 
-def _compare_on_device(out, ref, atol: float, rtol: float) -> dict:
+def _compare_on_device(out, ref, atol: float, rtol: float, bound: float) -> dict:
     """compare() for big arrays, in float32 on the arrays' device: same rule, same metrics."""
     import jax
     import jax.numpy as jnp
@@ -98,39 +152,39 @@ def _compare_on_device(out, ref, atol: float, rtol: float) -> dict:
         o, r = o.astype(jnp.float32), r.astype(jnp.float32)
         finite_ref, finite_out = jnp.isfinite(r), jnp.isfinite(o)
         both = finite_ref & finite_out
+        ref_norm = jnp.linalg.norm(jnp.where(finite_ref, r, 0.0))
+        rms = ref_norm / jnp.sqrt(jnp.maximum(jnp.sum(finite_ref), 1).astype(jnp.float32))
+        floor = atol * jnp.maximum(rms, SCALE_FLOOR)
         diff = jnp.where(both, jnp.abs(o - r), 0.0)
-        within = jnp.where(both, diff <= atol + rtol * jnp.abs(r), False)
+        within = jnp.where(both, diff <= floor + rtol * jnp.abs(r), False)
         within |= ~finite_ref & ((jnp.isnan(o) & jnp.isnan(r)) | (o == r))
-        denom = jnp.maximum(jnp.abs(r), atol if atol > 0 else jnp.finfo(jnp.float32).tiny)
-        worst = jnp.argmax(jnp.where(within, -1.0, diff + 1.0))
+        denom = jnp.maximum(jnp.abs(r), jnp.where(floor > 0, floor, jnp.finfo(jnp.float32).tiny))
+        n_within = jnp.sum(within)
+        worst = jnp.where(n_within == o.size, jnp.argmax(diff), jnp.argmax(jnp.where(within, -1.0, diff + 1.0)))
         unlike = jnp.sum(finite_ref & ~finite_out) + jnp.sum(~finite_ref & ~((jnp.isnan(o) & jnp.isnan(r)) | (o == r)))
+        bounds = jnp.where(both, floor + rtol * jnp.abs(r), 1.0)
+        ratio = jnp.max(jnp.where(diff > 0, diff / bounds, 0.0))
         return (jnp.max(diff), jnp.max(jnp.where(both, diff / denom, 0.0)), jnp.linalg.norm(diff),
-                jnp.linalg.norm(jnp.where(finite_ref, r, 0.0)), jnp.sum(within), jnp.sum(finite_ref & ~finite_out),
-                worst, o.ravel()[worst], r.ravel()[worst], unlike)
+                ref_norm, n_within, jnp.sum(finite_ref & ~finite_out), worst, o.ravel()[worst], r.ravel()[worst],
+                unlike, ratio)
 
-    max_abs, max_rel, err_norm, ref_norm, n_within, bad, worst, got, want, unlike = (
+    max_abs, max_rel, err_norm, ref_norm, n_within, bad, worst, got, want, unlike, ratio = (
         v.item() for v in metrics(out, ref)
     )
     n = int(out.size)
-    passed = n_within == n
     index = tuple(int(i) for i in np.unravel_index(worst, out.shape))
-    shown = f"worst at {index}: got {got:.6g}, expected {want:.6g}"
-    if passed:
-        message = ""
-    elif bad:
-        message = f"{bad} element(s) are NaN/Inf where the reference is finite"
-    else:
-        message = f"{n - n_within} of {n} elements outside tolerance; {shown}"
-    return {
+    rel_err = float(err_norm / ref_norm) if ref_norm > 0 else float(err_norm)
+    verdict = {
         "nonfinite": int(unlike),
-        "worst": shown,
+        "worst": f"worst at {index}: got {got:.6g}, expected {want:.6g}",
         "max_abs_err": float(max_abs),
         "max_rel_err": float(max_rel),
-        "rel_err": float(err_norm / ref_norm) if ref_norm > 0 else float(err_norm),
+        "rel_err": rel_err,
         "frac_within_tol": n_within / n,
-        "passed": bool(passed),
-        "message": message,
+        "worst_ratio": float(ratio),
+        "norm_ratio": _ratio(rel_err, bound),
     }
+    return _judged(verdict, n - int(n_within), n, int(bad), bound)
 
 
 def verdict_result(task: Task, verdict: dict, seconds: float, tol: dict) -> dict:

@@ -63,7 +63,7 @@ def grad(task, prep, module, interpret, start: float) -> dict:
     spec, wrt = prep.spec, _wrt(prep)
     fn = module.differentiable(task.backend, tuple(sorted(prep.params.items())), interpret)
     outs, pullback = jax.vjp(_on(fn, prep.inputs, wrt), *[prep.inputs[i] for i in wrt])
-    cotangents = [_cotangent(o, rng_for(task, f"grad({op.name})")) for op, o in zip(spec.outputs, _flat(outs))]
+    cotangents = [_cotangent(o, rng_for(task, f"grad({op.name})")) for op, o in zip(spec.returned, _flat(outs))]
     grads = jax.block_until_ready(pullback(_like(outs, cotangents)))
     seconds = round(time.monotonic() - start, 3)
     ref = functools.partial(prep.ref_fn, **prep.ref_params)
@@ -77,9 +77,9 @@ def grad(task, prep, module, interpret, start: float) -> dict:
             name = spec.inputs[i].name
             message = f"grad of {name} has dtype {g.dtype} but {name} is {prep.inputs[i].dtype}"
             return result(task, "fail", message, seconds=seconds, tolerance=tol)
-    named = [(f"output {op.name}", o, r) for op, o, r in zip(spec.outputs, _flat(outs), _flat(ref_outs))]
+    named = [(f"output {op.name}", o, r) for op, o, r in zip(spec.returned, _flat(outs), _flat(ref_outs))]
     named += [(f"grad of {spec.inputs[i].name}", g, r) for i, g, r in zip(wrt, grads, ref_grads)]
-    return verdict_result(task, compare_all(named, tol["atol"], tol["rtol"]), seconds, tol)
+    return verdict_result(task, compare_all(named, tol["atol"], tol["rtol"], rel_err=tol.get("rel_err")), seconds, tol)
 
 
 def lower(task, prep, module, start: float) -> dict:

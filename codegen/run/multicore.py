@@ -229,7 +229,7 @@ def _value(x) -> str:
 
 def _difference(inst, prefetch: dict, a: Run, b: Run) -> list:
     k, element = _first_difference(a, b)
-    op = inst.spec.outputs[k]
+    op = inst.spec.returned[k]  # the outputs the call returned: a residual output is not among them
     sa, sb = a.schedule, b.schedule
     va, vb = (_value(r.arrays[k][element]) for r in (a, b))
     head = (

@@ -13,8 +13,16 @@ STATUSES = ("pass", "fail", "error", "skip")
 DEFAULT_SCHEDULES = 4
 
 
-@dataclasses.dataclass(frozen=True)
+MODES = ("run", "lower", "grad", "lower-grad", "bench", "sharded", "lower-sharded", "tune", "ceilings")
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
 class Task:
+    """One unit of work for a worker. Built by name only: the fields after `mode` belong to
+    some modes (`suite`, `samples`, `ceilings`, `grad`: bench; `configs`, `sustained`: tune;
+    `devices`: the sharded modes; `schedules`, `inputs`: run), and the others leave them at
+    their defaults."""
+
     spec_path: str
     kernel: str
     backend: str
@@ -23,7 +31,7 @@ class Task:
     dtypes: tuple  # ((operand, dtype), ...), inputs first
     dtype_label: str  # the inputs' dtypes, for reports
     seed: int
-    mode: str  # "run" | "lower" | "grad" | "lower-grad" | "bench" | "sharded" | "lower-sharded" | "tune"
+    mode: str  # one of MODES
     out_root: str
     suite: str = "cases"  # which list case_index points into: "cases" or "bench"
     params: tuple = ()  # ((param, value), ...) overriding the case's params (tune)
@@ -34,10 +42,16 @@ class Task:
     schedules: int = DEFAULT_SCHEDULES  # run, mosaic_tpu in TPU interpret mode: schedules to run
     sustained: bool = False  # tune: time each config in alternation with the reference, under load
     inputs: tuple = ("normal",)  # run: the input kinds to run the kernel on, in order (codegen/run/kinds.py)
+    grad: bool = False  # bench: time the forward and backward pass (jax.vjp) instead of the forward
+
+
+    def __post_init__(self):
+        if self.mode not in MODES:
+            raise ValueError(f"unknown task mode {self.mode!r}; known: {', '.join(MODES)}")
 
     @property
     def label(self) -> str:
-        grad = " (grad)" if self.mode in ("grad", "lower-grad") else ""
+        grad = " (grad)" if self.mode in ("grad", "lower-grad") or self.grad else ""
         return f"{self.kernel}[{self.backend}] {self.case} {self.dtype_label}{grad}"
 
 

@@ -103,6 +103,8 @@ class Operand:
     prefetch: bool = False  # scalar prefetch: passed first, whole, in SMEM
     kinds: tuple | None = None  # the input kinds verify may run it with (codegen/run/kinds.py); None: by its dtype
     kinds_loc: Location | None = None
+    residual: bool = False  # an output written for the backward pass only: not returned, no gradient
+    residual_loc: Location | None = None
 
     @property
     def rank(self) -> int:
@@ -342,6 +344,12 @@ class KernelSpec:
     def operands(self) -> tuple:
         return self.inputs + self.outputs
 
+    @property
+    def returned(self) -> tuple:
+        """The outputs the package function and the reference return: all but the residual ones
+        (`residual: true`), which the kernel writes for the backward pass only."""
+        return tuple(o for o in self.outputs if not o.residual)
+
     def operand(self, name: str) -> Operand | None:
         return next((o for o in self.operands if o.name == name), None)
 
@@ -436,6 +444,8 @@ class _Builder:
                     bool(spec.get("prefetch", False)),
                     tuple(spec["kinds"]) if "kinds" in spec else None,
                     self.doc.loc(here + ("kinds",)) if "kinds" in spec else None,
+                    bool(spec.get("residual", False)),
+                    self.doc.loc(here + ("residual",)) if "residual" in spec else None,
                 )
             )
         return tuple(out)

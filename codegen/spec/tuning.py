@@ -58,9 +58,22 @@ def kernel_sha(data: dict) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def bucket(dims: tuple) -> tuple:
-    """Shape bucket: each dim rounded up to a power of two."""
-    return tuple(1 << max(int(d) - 1, 0).bit_length() for d in dims)
+def _shared_runtime():
+    """templates/runtime.py, the module every generated package shares (generated/_runtime.py):
+    the shape bucket and the dtype label are defined there once, for the tables kspec writes and
+    the packages that read them."""
+    import importlib.util
+
+    path = Path(__file__).resolve().parents[2] / "templates" / "runtime.py"
+    spec = importlib.util.spec_from_file_location("kspec_shared_runtime", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+_runtime = _shared_runtime()
+bucket = _runtime.bucket  # each dim rounded up to a power of two
+dtype_label = _runtime.dtype_label_of  # the inputs' dtype names, each once, in order: "bfloat16,float32"
 
 
 def file_name(device_kind: str) -> str:

@@ -12,6 +12,7 @@ from kspec.codegen.checks import instances
 from kspec.codegen import project as pipeline
 from kspec.codegen.emit import writer
 from kspec.codegen.spec import dtypes as dt
+from kspec.codegen.spec import tuning
 from kspec.codegen.backends import BACKENDS
 from kspec.codegen.run import kinds
 from kspec.codegen.run.tasks import DEFAULT_SCHEDULES, STATUSES, Task, result
@@ -30,7 +31,7 @@ def matrix(compiled: list, *, backends: list, cases: list, suite: str = "cases")
                 if cases and case.name not in cases:
                     continue
                 for assign in instances.dtype_assignments(spec, case):
-                    label = ",".join(dict.fromkeys(assign[o.name] for o in spec.inputs))
+                    label = tuning.dtype_label(assign[o.name] for o in spec.inputs)
                     yield c, name, i, case, assign, label
 
 
@@ -52,8 +53,9 @@ def plan(
             why = _skip_reason(name, platform, lower) or _dtype_reason(c.spec.variants[name], assign, case)
             for mode in modes:
                 task = Task(
-                    str(c.path), c.spec.name, name, case.name, i, tuple(assign.items()), label, seed + k,
-                    mode, str(pipeline.out_root_for(c.path)), schedules=schedules,
+                    spec_path=str(c.path), kernel=c.spec.name, backend=name, case=case.name, case_index=i,
+                    dtypes=tuple(assign.items()), dtype_label=label, seed=seed + k, mode=mode,
+                    out_root=str(pipeline.out_root_for(c.path)), schedules=schedules,
                     inputs=kinds.chosen(inputs, c.spec, assign, i) if mode == "run" else (kinds.NORMAL,),
                 )
                 if not why:
@@ -79,8 +81,10 @@ def plan_sharded(
     for c, name, i, case, assign, label in matrix(sharded, backends=backends, cases=cases):
         spec, sh = c.spec, c.spec.sharding
         found = sharding.case_checks(spec, case, sh.sizes(devices))
-        task = Task(str(c.path), spec.name, name, case.name, i, tuple(assign.items()), label, seed,
-                    "lower-sharded" if lower else "sharded", str(pipeline.out_root_for(c.path)), devices=devices)
+        task = Task(spec_path=str(c.path), kernel=spec.name, backend=name, case=case.name, case_index=i,
+                    dtypes=tuple(assign.items()), dtype_label=label, seed=seed,
+                    mode="lower-sharded" if lower else "sharded", out_root=str(pipeline.out_root_for(c.path)),
+                    devices=devices)
         why = (
             _sharded_skip_reason(name, sh, devices, device_count, platform, lower)
             or _dtype_reason(spec.variants[name], assign, case)

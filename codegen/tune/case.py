@@ -1,0 +1,125 @@
+"""Tuning one backend x case x dtype: key the trials, prune, search batch by batch, choose.
+
+`kspec tune` (cli.py) walks the specs, cases and dtypes and hands each to `tune_case`
+with a way to run a task (`run`, the worker session with its progress display) and a
+way to report (`say`); everything else, from the table's key to the fastest config, is
+here. Every trial is appended to the store as it comes, so a run cut short keeps what
+it measured, and a rerun skips what is recorded.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Iterable
+
+from kspec.codegen import tune as tn
+from kspec.codegen.backends.devices import peak_for
+from kspec.codegen.run.tasks import Task
+from kspec.codegen.spec import tuning as tg
+
+
+@dataclasses.dataclass(frozen=True)
+class CaseJob:
+    """One backend x case x dtype assignment to tune, and how."""
+
+    spec: object
+    variant: object
+    index: int  # the case's index in its suite
+    case: object
+    assign: dict  # operand -> dtype
+    suite: str  # "bench", "cases" or "sweep"
+    out_root: str
+    device: str  # the worker's device kind
+    jax_version: str
+    strategy: str = "exhaustive"
+    budget: int | None = None  # most configs to try (guided: default_budget)
+    samples: int = 10
+    seed: int = 0
+    sustained: bool = False
+
+    @property
+    def label(self) -> str:
+        return tg.dtype_label(self.assign[o.name] for o in self.spec.inputs)
+
+    def base(self) -> dict:
+        """The fields every trial of this job records: what a tuned config is keyed by."""
+        dims = tuple(self.case.dims[d] for d in self.spec.dims)
+        untuned = {p.name: self.case.params.get(p.name, p.default) for p in self.variant.params if not p.resolved}
+        base = {"backend": self.variant.backend, "bucket": list(tg.bucket(dims)), "dtype": self.label,
+                "fixed": untuned, "jax_version": self.jax_version, "kernel_sha": self.spec.kernel_sha,
+                "case": self.case.name}
+        if self.sustained:
+            base["load"] = "sustained"
+        return base
+
+    def task(self, configs: list) -> Task:
+        return Task(spec_path=str(self.spec.path), kernel=self.spec.name, backend=self.variant.backend,
+                    case=self.case.name, case_index=self.index, dtypes=tuple(self.assign.items()),
+                    dtype_label=self.label, seed=self.seed, mode="tune", out_root=str(self.out_root), suite=self.suite,
+                    samples=self.samples, configs=tuple(tn.key(c) for c in configs), sustained=self.sustained)
+
+
+def tune_case(job: CaseJob, store, done: set, run: Callable[[Task, int, int], Iterable[dict]],
+              say: Callable[[str], None]) -> bool:
+    """Tune one job: statically pruned configs are recorded once (`done`: the keys recorded
+    already), the others searched by the job's strategy, batch by batch, each batch a tune task
+    that `run(task, started, planned)` answers with one row per config. Returns True if no
+    config passed."""
+    spec, variant, base = job.spec, job.variant, job.base()
+    kept, pruned = tn.prune(spec, variant, job.case, job.assign, tn.space(variant))
+    for cfg, why in pruned:
+        entry = dict(base, params=cfg, status="pruned", ms=None, message=why)
+        if tg.key(entry) not in done:
+            store.append(entry)
+    wanted = {tg.key(dict(base, params=cfg)): tn.key(cfg) for cfg in kept}
+    tried = {wanted[tg.key(e)]: tg.cost(e) for e in store.entries if tg.key(e) in wanted}
+    scores = (tn.scores(spec, variant, job.case, job.assign, kept, peak_for(job.device))
+              if job.strategy == "guided" else None)
+    next_batch = tn.search(kept, strategy=job.strategy, budget=job.budget, seed=job.seed, scores=scores)
+    todo = next_batch(tried)  # exhaustive and random name all their configs at once
+    planned = len(todo)
+    if job.strategy == "guided":  # one batch at a time, up to its budget
+        planned = max(0, min(job.budget or tn.default_budget(job.strategy, len(kept)), len(kept)) - len(tried))
+    say(f"{spec.name}[{variant.backend}] {job.case.name} {job.label}: {len(kept) + len(pruned)} configs, "
+        f"{len(pruned)} pruned statically, {planned} to try")
+    started = 0
+    while todo:
+        for row in run(job.task(todo), started, planned):
+            entry = dict(base, params=row.get("params", {}), status=row["status"], ms=row.get("ms"),
+                         message=row["message"].splitlines()[0] if row["message"] else "")
+            if job.sustained and row.get("speedup") is not None:
+                entry.update(ref_ms=row["ref_ms"], speedup=row["speedup"], speedup_ci95=row["speedup_ci95"])
+            store.append(entry)
+            if row.get("params"):
+                tried[tn.key(row["params"])] = tg.cost(entry)
+            if row["status"] != "pass":
+                say(f"  rejected {entry['params']}: {row['status']}: {entry['message']}")
+        for cfg in todo:  # a config left without a result (its worker died) counts as tried
+            tried.setdefault(tn.key(cfg), None)
+        started += len(todo)
+        todo = next_batch(tried)
+    return _report(job, store, base, say)
+
+
+def _report(job: CaseJob, store, base: dict, say) -> bool:
+    """Say the fastest current config (and how the default compares); True if there is none."""
+    offered = tg.choices_of({job.variant.backend: job.variant})
+    current = [e for e in store.entries if e["backend"] == job.variant.backend and e["dtype"] == base["dtype"]
+               and e["bucket"] == base["bucket"] and tg.fixed(e) == tg.fixed(base)
+               and tg.usable(e, job.spec.kernel_sha, offered) and tg.how_timed(e) == tg.how_timed(base)]
+    if not current:
+        say("  no config passed")
+        return True
+    fastest = min(current, key=tg.cost)
+    defaults = job.variant.defaults_at(job.case.dims)
+    default = next((e for e in current if all(e["params"].get(p.name) == defaults[p.name]
+                                              for p in job.variant.params if p.choices)), None)
+    if job.sustained:
+        lo, hi = fastest["speedup_ci95"]
+        figure = f"{fastest['speedup']:.3f}x the reference ({lo:.3f}-{hi:.3f}), {fastest['ms']:.3f} ms"
+        versus = f"; the default's: {default['speedup']:.3f}x" if default else ""
+    else:
+        figure = f"{fastest['ms']:.3f} ms"
+        versus = f", {default['ms'] / fastest['ms']:.2f}x the default's {default['ms']:.3f} ms" if default else ""
+    say(f"  best {fastest['params']}: {figure}{versus} -> {store.path}")
+    return False

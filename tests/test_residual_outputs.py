@@ -1,0 +1,201 @@
+"""Residual outputs (`residual: true`): written by the kernel for the backward pass, not returned.
+
+The checks (E416 to E418 are pinned in test_diagnostics.py; here the bindings and partition specs
+that misuse one), the generated functions of a throwaway spec (the package function and the
+reference return the other outputs, a backend function returns every output with residuals=True,
+jax.grad runs through the saved residual, verify's run and grad rows pass), and the shipped flash
+attention, whose backward kernels recompute the probabilities from its residual log-sum-exp.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from conftest import invoke_kspec, mutate
+
+BLOCK = '{block_shape: [bm, N], index_map: "i -> (i, 0)"}'
+
+# o = x * x, with t = 2x written beside it for the backward pass: dx = t * do.
+SQ = f"""\
+kspec: 1
+name: sq
+params: {{bm: 16}}
+inputs:
+  x: {{shape: [M, N], dtype: [float32, bfloat16]}}
+outputs:
+  o: {{shape: [M, N], dtype: x}}
+  t: {{shape: [M, N], dtype: float32, residual: true, doc: "2x, saved for the backward pass."}}
+grid: {{i: "cdiv(M, bm)"}}
+blocks: {{x: {BLOCK}, o: {BLOCK}, t: {BLOCK}}}
+body: |
+  x = x_ref[...].astype(jnp.float32)
+  o_ref[...] = (x * x).astype(o_ref.dtype)
+  t_ref[...] = 2 * x
+reference: |
+  return x * x
+cases: [{{M: 16, N: 128}}, {{name: ragged, M: 24, N: 128, dtype: bfloat16}}]
+backends: {{interpret: null, mosaic_tpu: null}}
+vjp:
+  residuals: [t]
+  backward:
+    - spec: sq_dx.yaml
+      inputs: {{t: t, g: grad(o)}}
+      grads: {{dx: x}}
+"""
+SQ_DX = f"""\
+kspec: 1
+name: sq_dx
+params: {{bm: 16}}
+inputs:
+  t: {{shape: [M, N], dtype: float32}}
+  g: {{shape: [M, N], dtype: [float32, bfloat16]}}
+outputs:
+  dx: {{shape: [M, N], dtype: g}}
+grid: {{i: "cdiv(M, bm)"}}
+blocks: {{t: {BLOCK}, g: {BLOCK}, dx: {BLOCK}}}
+body: |
+  dx_ref[...] = (t_ref[...] * g_ref[...].astype(jnp.float32)).astype(dx_ref.dtype)
+reference: |
+  return (t * g.astype(jnp.float32)).astype(g.dtype)
+cases: [{{M: 16, N: 128}}, {{name: ragged, M: 24, N: 128}}]
+backends: {{interpret: null, mosaic_tpu: null}}
+"""
+
+
+def _project(tmp_path: Path, specs: dict) -> Path:
+    (tmp_path / "specs").mkdir()
+    for name, text in specs.items():
+        (tmp_path / "specs" / f"{name}.yaml").write_text(text)
+    return tmp_path
+
+
+def _check(tmp_path: Path, sq: str) -> list:
+    _project(tmp_path, {"sq": sq, "sq_dx": SQ_DX})
+    r = invoke_kspec("check", "specs/sq.yaml", cwd=tmp_path)
+    return [r.rc] + r.out.splitlines()
+
+
+def test_a_residual_output_checks(tmp_path):
+    assert _check(tmp_path, SQ) == [0, "2 spec(s) OK"]
+
+
+def test_a_residual_output_has_no_cotangent(tmp_path):
+    bad = mutate(SQ, ("inputs: {t: t, g: grad(o)}", "inputs: {t: grad(t), g: grad(o)}"))
+    assert _check(tmp_path, bad) == [
+        2,
+        "specs/sq.yaml:20:15: error[E422]: vjp.residuals: `t` is saved but no backward kernel takes it",
+        "  = help: drop it from vjp.residuals",
+        "specs/sq.yaml:23:19: error[E422]: sq_dx.yaml: inputs: t: output `t` is `residual: true`, so it is not "
+        "returned and `grad(t)` does not exist",
+        "  = help: bind `t` itself, the saved residual",
+        "2 error(s) in 1 of 2 spec(s)",
+    ]
+
+
+def test_a_residual_output_is_not_sharded(tmp_path):
+    sharded = mutate(SQ, ("vjp:", "sharding:\n  mesh: {d: 2}\n  specs: {x: [d], o: [d], t: [d]}\nvjp:"))
+    assert _check(tmp_path, sharded) == [
+        2,
+        "specs/sq.yaml:21:27: error[E802]: partition spec for `t`, a residual output, which the sharded function "
+        "does not return",
+        "  = help: drop the partition spec of t",
+        "1 error(s) in 1 of 2 spec(s)",
+    ]
+
+
+def _python(proj: Path, source: str) -> str:
+    """Run `source` with the project's generated/ importable (as an application would)."""
+    proc = subprocess.run([sys.executable, "-c", textwrap.dedent(source)], cwd=proj, capture_output=True, text=True,
+                          timeout=300, check=False)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return proc.stdout
+
+
+def test_the_functions_return_the_other_outputs_and_differentiate(tmp_path):
+    proj = _project(tmp_path, {"sq": SQ, "sq_dx": SQ_DX})
+    r = invoke_kspec("generate", cwd=proj)
+    assert r.rc == 0, r.both
+    out = _python(proj, """
+        import jax, jax.numpy as jnp
+        from jax.experimental.pallas import tpu as pltpu
+        from generated.sq import sq, sq_reference, interpret, mosaic_tpu, _vjp
+        x = jnp.linspace(-1.0, 1.0, 24 * 128).reshape(24, 128)
+        print(type(sq(x, backend="interpret")).__name__, type(sq_reference(x)).__name__,
+              type(interpret.sq(x)).__name__)
+        o, t = interpret.sq(x, residuals=True)
+        print(float(jnp.abs(o - x * x).max()), float(jnp.abs(t - 2 * x).max()))
+        loss = lambda x: jnp.sum(sq(x, backend="interpret") * x)  # d/dx sum(x^3) = 3x^2
+        print(float(jnp.abs(jax.jit(jax.grad(loss))(x) - 3 * x * x).max()))
+        tpu = _vjp.differentiable("mosaic_tpu", (), pltpu.InterpretParams())
+        print(float(jnp.abs(jax.grad(lambda x: jnp.sum(tpu(x) * x))(x) - 3 * x * x).max()))
+        rows = jnp.stack([x, -x])
+        print(float(jnp.abs(jax.vmap(jax.grad(loss))(rows) - 3 * rows * rows).max()))
+    """)
+    kinds, values, grads, tpu, mapped = out.splitlines()
+    assert kinds.split() == ["ArrayImpl"] * 3
+    assert [float(v) for v in values.split()] == [0.0, 0.0]
+    assert float(grads) < 1e-6 and float(tpu) < 1e-6 and float(mapped) < 1e-6
+    backend = (proj / "generated" / "sq" / "interpret.py").read_text()
+    assert "def sq(x, *, bm=16, residuals=False):" in backend
+    assert "    return out if residuals else out[0]\n" in backend
+
+
+def test_verify_compares_the_returned_outputs_and_the_gradient(tmp_path):
+    proj = _project(tmp_path, {"sq": SQ, "sq_dx": SQ_DX})
+    assert invoke_kspec("generate", cwd=proj).rc == 0
+    report = tmp_path / "r.json"
+    r = invoke_kspec("verify", "--backend", "interpret", "--seed", "7", "--json", report, cwd=proj, timeout=600)
+    assert r.rc == 0, r.both[-3000:]
+    rows = json.loads(report.read_text())["results"]
+    modes = {(x["kernel"], x["mode"], x["case"]) for x in rows if x["status"] == "pass"}
+    assert {("sq", m, c) for m in ("run", "grad") for c in ("case0", "ragged")} <= modes
+    assert all(x["status"] == "pass" for x in rows)
+
+
+# -- the shipped flash attention ---------------------------------------------------------------------
+
+
+def _attention_inputs(seed: int, shape=(1, 128, 2, 64), dtype=jnp.float32):
+    keys = jax.random.split(jax.random.key(seed), 4)
+    return [jax.random.normal(k, shape, jnp.float32).astype(dtype) for k in keys]
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_flash_attention_writes_the_log_sum_exp(causal):
+    from generated.flash_attention import interpret
+
+    q, k, v, _ = _attention_inputs(1)
+    o, lse = interpret.flash_attention(q, k, v, causal=causal, residuals=True)
+    s = jnp.einsum("bqhd,bkhd->bhqk", q, k, precision="highest") / math.sqrt(q.shape[-1])
+    if causal:
+        s = jnp.where(jnp.tril(jnp.ones(s.shape[-2:], bool)), s, -jnp.inf)
+    assert lse.shape == (1, 2, 128) and lse.dtype == jnp.float32
+    np.testing.assert_allclose(np.asarray(lse), np.asarray(jax.nn.logsumexp(s, axis=-1)), rtol=1e-5, atol=1e-5)
+    np.testing.assert_array_equal(np.asarray(o), np.asarray(interpret.flash_attention(q, k, v, causal=causal)))
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_flash_attention_gradients_match_the_reference(causal):
+    from generated.flash_attention import flash_attention, flash_attention_reference
+
+    q, k, v, w = _attention_inputs(2)
+
+    def loss(fn):
+        return lambda q, k, v: jnp.sum(fn(q, k, v, causal=causal) * w)
+
+    kernel = lambda q, k, v, causal: flash_attention(q, k, v, causal=causal, backend="interpret")  # noqa: E731
+    got = jax.jit(jax.grad(loss(kernel), argnums=(0, 1, 2)))(q, k, v)
+    with jax.default_matmul_precision("highest"):
+        want = jax.grad(loss(flash_attention_reference), argnums=(0, 1, 2))(q, k, v)
+    for g, r in zip(got, want):
+        assert g.shape == r.shape and g.dtype == r.dtype
+        np.testing.assert_allclose(np.asarray(g), np.asarray(r), rtol=1e-4, atol=1e-5)
