@@ -291,7 +291,10 @@ def built_spec(draw) -> dict:
         for b in backends:
             cp = draw(COMPILER_PARAMS[b])
             spec["backends"][b] = {"compiler_params": cp} if cp else None
-    if draw(st.integers(0, 3)) == 0:  # one in four carries a hostile field (most are refused)
+    # About one in four carries a hostile field (most are refused). Not `integers(0, 3) == 0`:
+    # hypothesis draws small integers' ends far more often than the rest, so that made most examples
+    # hostile and the share accepted a coin flip.
+    if draw(st.sampled_from([False, False, False, True])):
         draw(HOSTILE)(draw, spec)
     return spec
 
