@@ -97,8 +97,8 @@ def bench(task, prep, check_outputs, vjp_module=None) -> dict:
     kernel = functools.partial(prep.fn, **prep.params)
     reference = functools.partial(prep.ref_fn, **prep.ref_params)
     if task.grad:
-        verdict, kernel, reference, extra = _grad_calls(task, prep, vjp_module, start)
-        outs = ()
+        verdict, kernel, reference, found = _grad_calls(task, prep, vjp_module, start)
+        outs, extra = (), list(found.cotangents)
     else:
         outs = jax.block_until_ready(kernel(*prep.inputs))
         verdict = check_outputs(task, prep, outs, round(time.monotonic() - start, 3))
@@ -122,7 +122,7 @@ def bench(task, prep, check_outputs, vjp_module=None) -> dict:
     bound = None if task.grad else _bound(peak, compute, flops, nbytes)
     calls = {"kernel": timing.rotating(compiled_k, arg_sets), "reference": timing.rotating(compiled_r, arg_sets)}
     competitors = {}  # name -> its entry in the row, in the spec's order
-    rivals = _grad_competitors(task, prep, device.platform, extra) if task.grad else \
+    rivals = _grad_competitors(task, prep, device.platform, found) if task.grad else \
         _competitors(task, prep, device.platform, check_outputs)
     for name, entry in rivals:
         competitors[name] = None  # its place
@@ -233,56 +233,40 @@ def _fwd_bwd(fn, wrt: list, n_inputs: int):
 
 
 def _grad_calls(task, prep, vjp_module, start: float) -> tuple:
-    """(verdict, kernel, reference, cotangents) for a grad bench task: the gradients checked as
-    `kspec verify`'s grad rows check them, then the kernel's custom_vjp and the reference's autodiff
-    as functions of (inputs..., cotangents...). The cotangents are seeded random numbers, the
-    same for every input set."""
-    import jax
-
+    """(verdict, kernel, reference, gradients) for a grad bench task: the gradients checked as
+    `kspec verify`'s grad rows check them (codegen/run/grad.py), then the kernel's custom_vjp and
+    the reference's autodiff as functions of (inputs..., cotangents...). The cotangents are the
+    check's seeded random numbers, the same for every input set."""
     from kspec.codegen.run import grad as gradrun
-    from kspec.codegen.run.inputs import rng_for
 
-    verdict = gradrun.grad(task, prep, vjp_module, None, start)
-    wrt = gradrun._wrt(prep)
     fn = vjp_module.differentiable(task.backend, tuple(sorted(prep.params.items())))
-    outs = gradrun._flat(jax.eval_shape(fn, *prep.inputs))
-    names = [op.name for op in prep.spec.outputs if not getattr(op, "residual", False)]
-    cotangents = [gradrun._cotangent(jax.numpy.zeros(o.shape, o.dtype), rng_for(task, f"grad({name})"))
-                  for name, o in zip(names, outs)]
+    found = gradrun.gradients(task, prep, fn, start)
     reference = functools.partial(prep.ref_fn, **prep.ref_params)
     n = len(prep.inputs)
-    return verdict, _fwd_bwd(fn, wrt, n), _fwd_bwd(reference, wrt, n), cotangents
+    return gradrun.judge(task, prep, found), _fwd_bwd(fn, found.wrt, n), _fwd_bwd(reference, found.wrt, n), found
 
 
-def _grad_competitors(task, prep, platform: str, cotangents: list):
+def _grad_competitors(task, prep, platform: str, found):
     """_competitors for a grad bench task: each competitor's forward and backward pass by jax's
-    autodiff, its gradients checked against the reference's run at higher precision."""
+    autodiff under the check's cotangents, its gradients held to the reference's in `found`."""
     import sys
 
     import jax
 
-    from kspec.codegen.run import grad as gradrun
-    from kspec.codegen.run.compare import compare_all
-    from kspec.codegen.run.inputs import upcast
+    from kspec.codegen.run.compare import compare_within
 
     declared = getattr(sys.modules[prep.ref_fn.__module__], "COMPETITORS", {})
-    wrt, n = gradrun._wrt(prep), len(prep.inputs)
-    args = list(prep.inputs) + list(cotangents)
-    wanted = None
+    args = list(prep.inputs) + list(found.cotangents)
     tol = dt.tolerance(list(prep.dtypes.values()), prep.spec.tolerance, prep.case.tolerance)
     for name, (fn, platforms) in declared.items():
         if platform not in platforms:
             yield name, {"status": "skip", "message": f"runs on {', '.join(platforms)}, not on {platform}"}
             continue
-        call = _fwd_bwd(functools.partial(fn, **prep.ref_params), wrt, n)
+        call = _fwd_bwd(functools.partial(fn, **prep.ref_params), found.wrt, len(prep.inputs))
         try:
-            if wanted is None:
-                with jax.default_matmul_precision("highest"):
-                    wide = [upcast(x) if x.dtype != jax.dtypes.float0 else x for x in args]
-                    wanted = _fwd_bwd(functools.partial(prep.ref_fn, **prep.ref_params), wrt, n)(*wide)[1]
             got = jax.block_until_ready(call(*args))[1]
-            named = [(f"grad of {prep.spec.inputs[i].name}", g, w) for i, g, w in zip(wrt, got, wanted)]
-            check = compare_all(named, tol["atol"], tol["rtol"], rel_err=tol.get("rel_err"))
+            named = [(f"grad of {prep.spec.inputs[i].name}", g, w) for i, g, w in zip(found.wrt, got, found.ref_grads)]
+            check = compare_within(named, tol)
             compiled = _compile(call, args)[0] if check.get("passed") else None
         except Exception as e:  # noqa: BLE001 - a competitor that cannot run here is reported, not fatal
             lines = str(e).strip().splitlines()

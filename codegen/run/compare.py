@@ -142,6 +142,11 @@ def compare_all(named: list, atol: float, rtol: float, normwise: float | None = 
     return worst
 
 
+def compare_within(named: list, tol: dict, normwise: float | None = None) -> dict:
+    """compare_all under a tolerance table ({"atol", "rtol", "rel_err"}, dtypes.tolerance's)."""
+    return compare_all(named, tol["atol"], tol["rtol"], normwise, rel_err=tol.get("rel_err"))
+
+
 def _compare_on_device(out, ref, atol: float, rtol: float, bound: float) -> dict:
     """compare() for big arrays, in float32 on the arrays' device: same rule, same metrics."""
     import jax

@@ -8,11 +8,12 @@ tolerance of the forward check. A failure names the input whose gradient is wron
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import time
 
 from kspec.codegen.spec import dtypes as dt
-from kspec.codegen.run.compare import compare_all, verdict_result
+from kspec.codegen.run.compare import compare_within, verdict_result
 from kspec.codegen.run.inputs import rng_for, upcast
 from kspec.codegen.run.tasks import result
 
@@ -55,15 +56,28 @@ def _cotangent(out, rng=None):
     return out if rng is None else jnp.asarray(rng.standard_normal(out.shape)).astype(out.dtype)
 
 
-def grad(task, prep, module, interpret, start: float) -> dict:
-    """Compare gradients for one task; `module` is the kernel's generated _vjp.py."""
+@dataclasses.dataclass(frozen=True)
+class Gradients:
+    """A differentiable function's outputs and gradients (for the inputs at `wrt`) under seeded
+    random cotangents, beside the reference's at higher precision for the same cotangents."""
+
+    wrt: list
+    outs: object
+    grads: tuple
+    cotangents: list
+    ref_outs: object
+    ref_grads: tuple
+    seconds: float  # from the task's start to the function's gradients
+
+
+def gradients(task, prep, fn, start: float) -> Gradients:
+    """jax.vjp of `fn` (the package's custom_vjp) and of the reference, run at higher precision:
+    float32 inputs, matmuls at the highest precision."""
     import jax
 
-
-    spec, wrt = prep.spec, _wrt(prep)
-    fn = module.differentiable(task.backend, tuple(sorted(prep.params.items())), interpret)
+    wrt = _wrt(prep)
     outs, pullback = jax.vjp(_on(fn, prep.inputs, wrt), *[prep.inputs[i] for i in wrt])
-    cotangents = [_cotangent(o, rng_for(task, f"grad({op.name})")) for op, o in zip(spec.returned, _flat(outs))]
+    cotangents = [_cotangent(o, rng_for(task, f"grad({op.name})")) for op, o in zip(prep.spec.returned, _flat(outs))]
     grads = jax.block_until_ready(pullback(_like(outs, cotangents)))
     seconds = round(time.monotonic() - start, 3)
     ref = functools.partial(prep.ref_fn, **prep.ref_params)
@@ -71,15 +85,28 @@ def grad(task, prep, module, interpret, start: float) -> dict:
     with jax.default_matmul_precision("highest"):
         ref_outs, ref_pullback = jax.vjp(_on(ref, wide, wrt), *[wide[i] for i in wrt])
         ref_grads = ref_pullback(_like(ref_outs, [c if c.dtype == jax.dtypes.float0 else upcast(c) for c in cotangents]))
+    return Gradients(wrt, outs, tuple(grads), cotangents, ref_outs, tuple(ref_grads), seconds)
+
+
+def judge(task, prep, g: Gradients) -> dict:
+    """The result row for `g`: each gradient has its input's dtype, and the outputs and the
+    gradients match the reference's by the forward check's rule and tolerance."""
+    spec = prep.spec
     tol = dt.tolerance(list(prep.dtypes.values()), spec.tolerance, prep.case.tolerance)
-    for i, g in zip(wrt, grads):
-        if g.dtype != prep.inputs[i].dtype:
+    for i, grad_ in zip(g.wrt, g.grads):
+        if grad_.dtype != prep.inputs[i].dtype:
             name = spec.inputs[i].name
-            message = f"grad of {name} has dtype {g.dtype} but {name} is {prep.inputs[i].dtype}"
-            return result(task, "fail", message, seconds=seconds, tolerance=tol)
-    named = [(f"output {op.name}", o, r) for op, o, r in zip(spec.returned, _flat(outs), _flat(ref_outs))]
-    named += [(f"grad of {spec.inputs[i].name}", g, r) for i, g, r in zip(wrt, grads, ref_grads)]
-    return verdict_result(task, compare_all(named, tol["atol"], tol["rtol"], rel_err=tol.get("rel_err")), seconds, tol)
+            message = f"grad of {name} has dtype {grad_.dtype} but {name} is {prep.inputs[i].dtype}"
+            return result(task, "fail", message, seconds=g.seconds, tolerance=tol)
+    named = [(f"output {op.name}", o, r) for op, o, r in zip(spec.returned, _flat(g.outs), _flat(g.ref_outs))]
+    named += [(f"grad of {spec.inputs[i].name}", x, r) for i, x, r in zip(g.wrt, g.grads, g.ref_grads)]
+    return verdict_result(task, compare_within(named, tol), g.seconds, tol)
+
+
+def grad(task, prep, module, interpret, start: float) -> dict:
+    """Compare gradients for one task; `module` is the kernel's generated _vjp.py."""
+    fn = module.differentiable(task.backend, tuple(sorted(prep.params.items())), interpret)
+    return judge(task, prep, gradients(task, prep, fn, start))
 
 
 def lower(task, prep, module, start: float) -> dict:

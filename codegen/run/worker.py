@@ -26,7 +26,7 @@ from kspec.codegen.checks import instances
 from kspec.codegen.run import multicore
 from kspec.codegen import project as pipeline
 from kspec.codegen.spec import dtypes as dt
-from kspec.codegen.run.compare import compare_all, verdict_result
+from kspec.codegen.run.compare import compare_within, verdict_result
 from kspec.codegen.run import kinds
 from kspec.codegen.run.inputs import make_input, upcast
 from kspec.codegen.run.tasks import Task, result
@@ -484,8 +484,7 @@ def check_outputs(task: Task, prep: Prepared, outs, seconds: float, loose: bool 
             return result(task, "fail", message, seconds=seconds, tolerance=tol)
     named = [(f"output {op.name}", out, ref) for op, out, ref in zip(returned, outs, refs)]
     normwise = kinds.NORMWISE * tol["rtol"] if loose else None
-    return verdict_result(task, compare_all(named, tol["atol"], tol["rtol"], normwise, rel_err=tol.get("rel_err")),
-                          seconds, tol)
+    return verdict_result(task, compare_within(named, tol, normwise), seconds, tol)
 
 
 def _lower(task: Task, fn, inputs, params, start: float) -> dict:

@@ -21,6 +21,7 @@ from pathlib import Path
 
 from kspec.codegen.diagnostics import Diagnostic, Location
 from kspec.codegen.spec import loader
+from kspec.templates import runtime as _runtime
 
 # Spec keys that do not change the generated kernel: editing them keeps tuning valid.
 # (`vjp` adds the backward pass around the kernel; the kernel itself stays the same.)
@@ -58,20 +59,8 @@ def kernel_sha(data: dict) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def _shared_runtime():
-    """templates/runtime.py, the module every generated package shares (generated/_runtime.py):
-    the shape bucket and the dtype label are defined there once, for the tables kspec writes and
-    the packages that read them."""
-    import importlib.util
-
-    path = Path(__file__).resolve().parents[2] / "templates" / "runtime.py"
-    spec = importlib.util.spec_from_file_location("kspec_shared_runtime", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-_runtime = _shared_runtime()
+# The module every generated package shares (rendered as generated/_runtime.py) defines the shape
+# bucket and the dtype label once, for the tables kspec writes and the packages that read them.
 bucket = _runtime.bucket  # each dim rounded up to a power of two
 dtype_label = _runtime.dtype_label_of  # the inputs' dtype names, each once, in order: "bfloat16,float32"
 
