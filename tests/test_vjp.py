@@ -310,3 +310,46 @@ def test_grad_of_a_kernel_without_vjp_says_how_to_add_one():
         "add: the kernel declares no gradient, so jax.grad and jax.vjp cannot differentiate it; add a `vjp:` "
         "section to its spec that names the backward kernels (`kspec docs spec`: Autodiff), or differentiate add_reference")
     assert jax.jit(add)(x, x).shape == (256, 512) and jax.vmap(add)(x[None], x[None]).shape == (1, 256, 512)
+
+
+def test_under_auto_a_backward_kernel_runs_its_reference_where_tuning_measured_it_slower(tmp_path):
+    """The forward chosen by backend="auto" chooses its backward kernels so too: a backward spec with
+    `dispatch: {reference_when_faster: true}` runs its reference (XLA's fusion) at a bucket where
+    `kspec tune --sustained` measured its kernel slower, and says so once. A backend asked for by
+    name runs the backward kernel there."""
+    from conftest import build_spec
+
+    backward = _elementwise("sq_dx", ["x", "g"], ["dx"], "dx_ref[...] = 2 * x_ref[...] * g_ref[...]",
+                            "return 2 * x * g") + "dispatch: {reference_when_faster: true}\n"
+    specs = {"sq": _elementwise("sq", ["x"], ["o"], "o_ref[...] = x_ref[...] * x_ref[...]", "return x * x",
+                                _vjp("sq_dx", "x: x, g: grad(o)", "dx: x", "x")),
+             "sq_dx": backward}
+    (tmp_path / "specs").mkdir()
+    for name, text in specs.items():
+        (tmp_path / "specs" / f"{name}.yaml").write_text(text)
+    kind = jax.devices()[0].device_kind
+    entry = {"backend": "interpret", "bucket": [16, 128], "case": "case0", "dtype": "float32", "fixed": {"bm": 8},
+             "jax_version": jax.__version__, "kernel_sha": build_spec(backward).kernel_sha, "load": "sustained",
+             "message": "", "ms": 2.0, "params": {}, "ref_ms": 1.0, "speedup": 0.5,
+             "speedup_ci95": [0.45, 0.55], "status": "pass"}
+    (tmp_path / "tuning" / "sq_dx").mkdir(parents=True)
+    (tmp_path / "tuning" / "sq_dx" / f"{kind}.json").write_text(
+        json.dumps({"kernel": "sq_dx", "device_kind": kind, "entries": [entry]}))
+    r = invoke_kspec("generate", cwd=tmp_path)
+    assert r.rc == 0, r.both
+    out = _python(tmp_path, """
+        import warnings
+        import jax, jax.numpy as jnp
+        from generated.sq import sq
+        x = jnp.linspace(-1.0, 1.0, 16 * 128).reshape(16, 128)
+        for backend in ("auto", "interpret"):
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                g = jax.grad(lambda x: jnp.sum(sq(x, backend=backend)))(x)
+            print(backend, float(jnp.abs(g - 2 * x).max()), [str(w.message) for w in caught])
+    """)
+    assert out.splitlines() == [
+        "auto 0.0 [\"sq_dx: calling the reference instead of backend 'interpret': kspec tune measured interpret "
+        "at 0.5x the reference at this shape bucket\"]",
+        "interpret 0.0 []",
+    ]
