@@ -173,3 +173,10 @@ def test_auto_calls_the_reference_where_tuning_measured_it_faster(kspec, write_s
         sys.path.remove(str(tmp_path))
         for mod in [m for m in sys.modules if m == "slower_out" or m.startswith("slower_out.")]:
             del sys.modules[mod]
+
+
+def test_a_family_tolerance_applies_to_each_of_its_shapes():
+    text = SPEC.replace("    dtype: float32\nbackends:", "    dtype: float32\n    tolerance: {float32: {atol: 0.5}}\nbackends:")
+    (family,) = build_spec(text).families
+    assert {c.name: c.tolerance for c in family.cases}["small_M4_N16"] == {"float32": {"atol": 0.5}}
+    assert all(c.tolerance == {} for c in build_spec(SPEC).families[0].cases)

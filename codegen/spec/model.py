@@ -690,7 +690,7 @@ class _Builder:
             dtypes = [None] if dtypes is None else [dtypes] if isinstance(dtypes, str) else list(dtypes)
             cases = tuple(
                 Case(f"{name}_" + "_".join(f"{d}{n}" for d, n in shape.items()), shape, dtype,
-                     dict(fam.get("params") or {}), {}, loc)
+                     dict(fam.get("params") or {}), dict(fam.get("tolerance") or {}), loc)
                 for shape in shapes for dtype in dtypes
             )
             out.append(Family(name, str(fam.get("doc", "")).strip(), cases, loc))
