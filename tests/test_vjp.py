@@ -353,3 +353,38 @@ def test_under_auto_a_backward_kernel_runs_its_reference_where_tuning_measured_i
         "at 0.5x the reference at this shape bucket\"]",
         "interpret 0.0 []",
     ]
+
+
+def test_under_auto_a_forward_on_the_reference_keeps_its_backward_kernels(tmp_path):
+    """Where backend="auto" runs the reference's forward pass (tuning measured the kernel slower),
+    jax.grad still runs the backward kernel: the forward has no pallas_call, the gradient has one."""
+    from conftest import build_spec
+
+    forward = _elementwise("sq", ["x"], ["o"], "o_ref[...] = x_ref[...] * x_ref[...]", "return x * x",
+                           _vjp("sq_dx", "x: x, g: grad(o)", "dx: x", "x")) + "dispatch: {reference_when_faster: true}\n"
+    specs = {"sq": forward, "sq_dx": _elementwise("sq_dx", ["x", "g"], ["dx"], "dx_ref[...] = 2 * x_ref[...] * g_ref[...]",
+                                                  "return 2 * x * g")}
+    (tmp_path / "specs").mkdir()
+    for name, text in specs.items():
+        (tmp_path / "specs" / f"{name}.yaml").write_text(text)
+    kind = jax.devices()[0].device_kind
+    entry = {"backend": "interpret", "bucket": [16, 128], "case": "case0", "dtype": "float32", "fixed": {"bm": 8},
+             "jax_version": jax.__version__, "kernel_sha": build_spec(forward).kernel_sha, "load": "sustained",
+             "message": "", "ms": 2.0, "params": {}, "ref_ms": 1.0, "speedup": 0.5,
+             "speedup_ci95": [0.45, 0.55], "status": "pass"}
+    (tmp_path / "tuning" / "sq").mkdir(parents=True)
+    (tmp_path / "tuning" / "sq" / f"{kind}.json").write_text(
+        json.dumps({"kernel": "sq", "device_kind": kind, "entries": [entry]}))
+    r = invoke_kspec("generate", cwd=tmp_path)
+    assert r.rc == 0, r.both
+    out = _python(tmp_path, """
+        import warnings
+        import jax, jax.numpy as jnp
+        from generated.sq import sq
+        warnings.simplefilter("ignore")
+        x = jnp.linspace(-1.0, 1.0, 16 * 128).reshape(16, 128)
+        grad = jax.grad(lambda x: jnp.sum(sq(x)))
+        print("pallas_call" in str(jax.make_jaxpr(sq)(x)), "pallas_call" in str(jax.make_jaxpr(grad)(x)),
+              float(jnp.abs(grad(x) - 2 * x).max()))
+    """)
+    assert out.split() == ["False", "True", "0.0"]

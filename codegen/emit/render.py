@@ -600,6 +600,7 @@ class _Context:
             params=params,
             params_dict="{" + ", ".join(f'"{p}": {p}' for p in params) + "}",
             vjp=spec.vjp is not None,
+            vjp_reference_forward=spec.vjp is not None and not any(o.residual for o in spec.outputs),
             reference_params=_tuple(repr(p.name) for p in next(iter(spec.variants.values())).params),
         )
 
@@ -652,6 +653,10 @@ class _Context:
             packages=sorted({e["package"] for e in entries}),
             passed=passed,
             passed_on=literal({b: {f: v.param_defaults[f] for f in passed} for b, v in spec.variants.items()}),
+            # With no residual outputs, the reference can stand in for the forward kernel (backward kernels kept).
+            reference_forward=not any(o.residual for o in spec.outputs),
+            reference_params=_tuple(repr(p.name) for p in next(iter(spec.variants.values())).params),
+            reference_passed=literal({f: next(iter(spec.variants.values())).param_defaults[f] for f in passed}),
             returns=_tuple(grads.get(name, "None") for name in self.inputs),
             sums=any(g.reduce for e in vjp.backward for g in e.grads),
         )

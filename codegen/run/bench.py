@@ -89,15 +89,18 @@ def bench(task, prep, check_outputs, vjp_module=None) -> dict:
     import jax
 
     start = time.monotonic()
+    forward_on_reference = None  # a grad sweep where auto runs the reference's forward pass: why
     if task.suite == "sweep":
         why = passed_over(task, prep)
-        if why is not None:
+        if why is not None and task.grad and hasattr(vjp_module, "REFERENCE_PARAMS"):
+            forward_on_reference = why  # the backward kernels still run (the package's _vjp.py)
+        elif why is not None:
             return result(task, "skip", f"auto runs the reference here: {why}", fallback=True)
     prep = prep.with_params(tuned_params(task, prep))
     kernel = functools.partial(prep.fn, **prep.params)
     reference = functools.partial(prep.ref_fn, **prep.ref_params)
     if task.grad:
-        verdict, kernel, reference, found = _grad_calls(task, prep, vjp_module, start)
+        verdict, kernel, reference, found = _grad_calls(task, prep, vjp_module, start, forward_on_reference is not None)
         outs, extra = (), list(found.cotangents)
     else:
         outs = jax.block_until_ready(kernel(*prep.inputs))
@@ -204,6 +207,8 @@ def bench(task, prep, check_outputs, vjp_module=None) -> dict:
                                f"min_speedup_over {name} {least:g}", least)
     if too_slow:
         verdict = dict(verdict, status="fail", message="; ".join(too_slow))
+    elif forward_on_reference is not None:
+        verdict = dict(verdict, message=f"forward pass on the reference, as auto runs it here: {forward_on_reference}")
     return dict(verdict, seconds=round(time.monotonic() - start, 3), **figures)
 
 
@@ -232,16 +237,21 @@ def _fwd_bwd(fn, wrt: list, n_inputs: int):
     return both
 
 
-def _grad_calls(task, prep, vjp_module, start: float) -> tuple:
+def _grad_calls(task, prep, vjp_module, start: float, forward_on_reference: bool = False) -> tuple:
     """(verdict, kernel, reference, gradients) for a grad bench task: the gradients checked as
     `kspec verify`'s grad rows check them (codegen/run/grad.py), then the kernel's custom_vjp and
     the reference's autodiff as functions of (inputs..., cotangents...). The cotangents are the
-    check's seeded random numbers, the same for every input set."""
+    check's seeded random numbers, the same for every input set. `forward_on_reference`: the
+    reference runs the forward pass, as backend="auto" does at this shape."""
     from kspec.codegen.run import grad as gradrun
 
     # A sweep times what backend="auto" runs: each backward kernel is chosen by its own dispatch,
     # which runs its reference at shapes where tuning measured the kernel slower.
-    fn = vjp_module.differentiable(task.backend, tuple(sorted(prep.params.items())), auto=task.suite == "sweep")
+    if forward_on_reference:
+        params = tuple(sorted((k, v) for k, v in prep.params.items() if k in vjp_module.REFERENCE_PARAMS))
+        fn = vjp_module.differentiable(None, params, auto=True)
+    else:
+        fn = vjp_module.differentiable(task.backend, tuple(sorted(prep.params.items())), auto=task.suite == "sweep")
     found = gradrun.gradients(task, prep, fn, start)
     reference = functools.partial(prep.ref_fn, **prep.ref_params)
     n = len(prep.inputs)
