@@ -29,7 +29,9 @@ from kspec.codegen.spec import dtypes as dt
 from kspec.codegen.run.compare import compare_within, verdict_result
 from kspec.codegen.run import kinds
 from kspec.codegen.run.inputs import make_input, upcast
-from kspec.codegen.run.tasks import Task, result
+from kspec.codegen.run.tasks import (
+    BenchTask, CeilingsTask, GradTask, LowerTask, RunTask, ShardedTask, Task, TuneTask, result,
+)
 
 _compiled: dict = {}
 
@@ -73,7 +75,7 @@ def main(conn) -> None:
             return
         if task is None:
             return
-        if task.mode == "tune":
+        if isinstance(task, TuneTask):
             for message in tune_task(task):
                 conn.send(message)
             conn.send({"done": True})
@@ -176,7 +178,7 @@ def run_task(task: Task) -> dict:
         return result(task, "error", message, seconds=round(time.monotonic() - start, 3))
 
 
-def tune_task(task: Task):
+def tune_task(task: TuneTask):
     """Yield one result per config of a tune task (errors included)."""
     try:
         prep = _prepare(task)
@@ -228,9 +230,6 @@ def _prepare(task: Task) -> Prepared:
     case = {"bench": spec.bench, "sweep": spec.sweep}.get(task.suite, spec.cases)[task.case_index]
     variant = spec.variants[task.backend]
     dtypes = dict(task.dtypes)
-    overrides = dict(task.params)
-    if overrides:
-        case = dataclasses.replace(case, params=dict(case.params, **overrides))
     inst, diags = instances.instantiate(spec, variant, case, dtypes)
     if inst is None:
         raise RuntimeError(diags[0].format() if diags else "case does not instantiate")
@@ -249,23 +248,27 @@ def _prepare(task: Task) -> Prepared:
 def _run(task: Task, start: float) -> dict:
     import jax
 
-    if task.mode == "ceilings":
+    if isinstance(task, CeilingsTask):
         from kspec.codegen.run.bench import measure_ceilings
 
         return dict(result(task, "pass"), **measure_ceilings())
     prep = _prepare(task)
-    if task.mode == "lower":
-        return _lower(task, prep.fn, prep.inputs, prep.params, start)
-    if task.mode == "bench":
+    if isinstance(task, BenchTask):
         from kspec.codegen.run.bench import bench
 
         return bench(task, prep, check_outputs, _module(task, "_vjp") if task.grad else None)
-    if task.mode == "sharded":
-        return _run_sharded(task, prep, start)
-    if task.mode == "lower-sharded":
-        return _lower_sharded(task, prep, start)
-    if task.mode in ("grad", "lower-grad"):
+    if isinstance(task, ShardedTask):
+        return _lower_sharded(task, prep, start) if task.lower else _run_sharded(task, prep, start)
+    if isinstance(task, LowerTask) and task.grad:
+        from kspec.codegen.run import grad as gradrun
+
+        return gradrun.lower(task, prep, _module(task, "_vjp"), start)
+    if isinstance(task, LowerTask):
+        return _lower(task, prep.fn, prep.inputs, prep.params, start)
+    if isinstance(task, GradTask):
         return _run_grad(task, prep, start)
+    if not isinstance(task, RunTask):
+        raise TypeError(f"a worker runs no task of kind {type(task).__name__}")
     call = functools.partial(prep.fn, **prep.params)
     if task.backend == "mosaic_tpu" and jax.default_backend() != "tpu":
         try:
@@ -283,7 +286,7 @@ def _run(task: Task, start: float) -> dict:
     return dict(out, inputs=list(task.inputs))
 
 
-def _run_once(task: Task, prep: Prepared, call, start: float, loose: bool = False) -> dict:
+def _run_once(task: RunTask, prep: Prepared, call, start: float, loose: bool = False) -> dict:
     """The kernel on the prepared inputs, checked: it must leave its inputs alone and match the
     reference (`loose`: as check_outputs says)."""
     import jax
@@ -299,7 +302,7 @@ def _run_once(task: Task, prep: Prepared, call, start: float, loose: bool = Fals
     return check_outputs(task, prep, outs, seconds, loose)
 
 
-def _other_kinds(task: Task, prep: Prepared, passed: dict, start: float, call, note: str = "") -> dict:
+def _other_kinds(task: RunTask, prep: Prepared, passed: dict, start: float, call, note: str = "") -> dict:
     """After the normal inputs pass: the kernel on each other input kind of the task (kinds.py),
     against the reference on the same data. The first that fails is the task's result, its message
     naming the kind; if all pass, the normal inputs' result stands (its metrics, the time of all)."""
@@ -320,7 +323,7 @@ def _other_kinds(task: Task, prep: Prepared, passed: dict, start: float, call, n
     return dict(passed, seconds=round(time.monotonic() - start, 3))
 
 
-def _run_schedules(task: Task, prep: Prepared, call, start: float) -> dict:
+def _run_schedules(task: RunTask, prep: Prepared, call, start: float) -> dict:
     """Off a TPU: the kernel in TPU interpret mode under each of the task's schedules
     (codegen.multicore). Any race, or outputs that differ between schedules, fail the task;
     otherwise the outputs, the same under all of them, are checked against the reference."""
@@ -372,7 +375,7 @@ def _clobbered(prep: Prepared, before: list) -> str | None:
     return None
 
 
-def _run_sharded(task: Task, prep: Prepared, start: float) -> dict:
+def _run_sharded(task: ShardedTask, prep: Prepared, start: float) -> dict:
     """`kspec verify --devices N`: the spec's sharded function on a mesh of the first N
     devices, compared with the reference on the whole inputs. Off TPU, mosaic_tpu runs in
     TPU interpret mode (without the race detector: its grid-point recorder is per device)."""
@@ -389,7 +392,7 @@ def _run_sharded(task: Task, prep: Prepared, start: float) -> dict:
     return check_outputs(task, prep, outs, round(time.monotonic() - start, 3))
 
 
-def _lower_sharded(task: Task, prep: Prepared, start: float) -> dict:
+def _lower_sharded(task: ShardedTask, prep: Prepared, start: float) -> dict:
     """`kspec verify --lower --devices N`: the spec's sharded function lowered for the backend's
     platform on a mesh of the first N devices, the inputs laid out as its IN_SPECS say. Off a TPU,
     mosaic_tpu's shard_map runs on an abstract mesh of the same axes whose devices are the named
@@ -431,17 +434,15 @@ def reference_outputs(prep: Prepared) -> tuple:
     return prep.refs
 
 
-def _run_grad(task: Task, prep: Prepared, start: float) -> dict:
+def _run_grad(task: GradTask, prep: Prepared, start: float) -> dict:
     """Grad mode: the kernel's jax.custom_vjp (generated/<kernel>/_vjp.py) against jax.vjp of
-    the reference, or lowered (`lower-grad`). Off TPU, mosaic_tpu runs in TPU interpret mode,
-    the backward kernels too (without the race detector: it records one kernel's grid)."""
+    the reference. Off TPU, mosaic_tpu runs in TPU interpret mode, the backward kernels too
+    (without the race detector: it records one kernel's grid)."""
     import jax
 
     from kspec.codegen.run import grad as gradrun
 
     module = _module(task, "_vjp")
-    if task.mode == "lower-grad":
-        return gradrun.lower(task, prep, module, start)
     interpret = None
     if task.backend == "mosaic_tpu" and jax.default_backend() != "tpu":
         from jax.experimental.pallas import tpu as pltpu
@@ -487,7 +488,7 @@ def check_outputs(task: Task, prep: Prepared, outs, seconds: float, loose: bool 
     return verdict_result(task, compare_within(named, tol, normwise), seconds, tol)
 
 
-def _lower(task: Task, fn, inputs, params, start: float) -> dict:
+def _lower(task: LowerTask, fn, inputs, params, start: float) -> dict:
     """`kspec verify --lower`: the kernel lowered for its backend's platform (and, off a TPU, a
     named TPU chip: codegen.run.lowering)."""
     import jax

@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable
 
 from kspec.codegen import tune as tn
 from kspec.codegen.backends.devices import peak_for
-from kspec.codegen.run.tasks import Task
+from kspec.codegen.run.tasks import TuneTask
 from kspec.codegen.spec import tuning as tg
 
 
@@ -52,14 +52,14 @@ class CaseJob:
             base["load"] = "sustained"
         return base
 
-    def task(self, configs: list) -> Task:
-        return Task(spec_path=str(self.spec.path), kernel=self.spec.name, backend=self.variant.backend,
-                    case=self.case.name, case_index=self.index, dtypes=tuple(self.assign.items()),
-                    dtype_label=self.label, seed=self.seed, mode="tune", out_root=str(self.out_root), suite=self.suite,
-                    samples=self.samples, configs=tuple(tn.key(c) for c in configs), sustained=self.sustained)
+    def task(self, configs: list) -> TuneTask:
+        return TuneTask(spec_path=str(self.spec.path), kernel=self.spec.name, backend=self.variant.backend,
+                        case=self.case.name, case_index=self.index, dtypes=tuple(self.assign.items()),
+                        dtype_label=self.label, seed=self.seed, out_root=str(self.out_root), suite=self.suite,
+                        samples=self.samples, configs=tuple(tn.key(c) for c in configs), sustained=self.sustained)
 
 
-def tune_case(job: CaseJob, store, done: set, run: Callable[[Task, int, int], Iterable[dict]],
+def tune_case(job: CaseJob, store, done: set, run: Callable[[TuneTask, int, int], Iterable[dict]],
               say: Callable[[str], None]) -> bool:
     """Tune one job: statically pruned configs are recorded once (`done`: the keys recorded
     already), the others searched by the job's strategy, batch by batch, each batch a tune task

@@ -10,11 +10,11 @@ import numpy as np
 import pytest
 
 from kspec.codegen.run import compare, inputs, kinds
-from kspec.codegen.run.tasks import Task
+from kspec.codegen.run.tasks import RunTask, Task
 from conftest import VALID_SPEC, build_spec, mutate
 
-TASK = Task(spec_path="specs/tiny.yaml", kernel="tiny", backend="interpret", case="c", case_index=0,
-            dtypes=(("x", "float32"),), dtype_label="float32", seed=5, mode="run", out_root="generated")
+TASK = RunTask(spec_path="specs/tiny.yaml", kernel="tiny", backend="interpret", case="c", case_index=0,
+               dtypes=(("x", "float32"),), dtype_label="float32", seed=5, out_root="generated")
 
 
 @dataclasses.dataclass
@@ -104,12 +104,21 @@ def test_the_other_kinds_are_judged_by_nan_inf_and_the_relative_error_norm():
         "1 element(s) are not NaN/Inf as the reference's are")
 
 
-def test_a_task_is_built_by_name_and_its_mode_is_one_of_the_known():
-    import dataclasses
+def test_a_task_is_built_by_name_as_one_of_its_kinds_each_with_its_own_fields():
+    from kspec.codegen.run import tasks
 
-    import pytest
-
+    common = {f.name: getattr(TASK, f.name) for f in dataclasses.fields(Task)}
     with pytest.raises(TypeError):
-        Task("specs/tiny.yaml", "tiny", "interpret", "c", 0, (), "float32", 5, "run", "generated")
-    with pytest.raises(ValueError, match="unknown task mode 'sweep'; known: run, lower, grad, "):
-        dataclasses.replace(TASK, mode="sweep")
+        RunTask("specs/tiny.yaml", "tiny", "interpret", "c", 0, (), "float32", 5, "generated")
+    with pytest.raises(TypeError, match="Task is the fields every task has; build one of its kinds"):
+        Task(**common)
+    with pytest.raises(TypeError, match="unexpected keyword argument 'samples'"):  # a bench field
+        RunTask(**common, samples=3)
+    kinds_ = [TASK, tasks.LowerTask(**common), tasks.GradTask(**common), tasks.LowerTask(**common, grad=True),
+              tasks.BenchTask(**common, samples=3), tasks.ShardedTask(**common, devices=2),
+              tasks.ShardedTask(**common, devices=2, lower=True), tasks.TuneTask(**common, configs=(), samples=3),
+              tasks.CeilingsTask()]
+    assert tuple(t.mode for t in kinds_) == tasks.MODES
+    assert [t.label for t in kinds_[:4]] == ["tiny[interpret] c float32", "tiny[interpret] c float32",
+                                             "tiny[interpret] c float32 (grad)", "tiny[interpret] c float32 (grad)"]
+    assert tasks.BenchTask(**common, samples=3, grad=True).label.endswith(" (grad)")
