@@ -155,7 +155,7 @@ def test_configs_that_change_the_references_params_are_checked_against_their_own
                     dtypes=tuple(assign.items()), dtype_label="float32", seed=7,
                     out_root=str(ROOT / "generated"), samples=3, configs=((("bm", 4),), (("bm", 16),), (("bm", 8),)))
     rows = list(worker.tune_task(task))
-    assert [(r["params"], r["status"]) for r in rows] == [({"bm": 4}, "pass"), ({"bm": 16}, "pass"), ({"bm": 8}, "pass")]
+    assert [(r.extra["params"], r.status) for r in rows] == [({"bm": 4}, "pass"), ({"bm": 16}, "pass"), ({"bm": 8}, "pass")]
 
 
 def test_sustained_tuning_times_each_config_against_the_reference(tmp_path):

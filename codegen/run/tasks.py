@@ -4,15 +4,16 @@ module; neither imports the other.
 
 A task is one frozen record per kind of work, each carrying only its own fields on top of the
 fields every task has (`Task`); the worker dispatches on its type. Its `mode` is the name result
-rows report (MODES).
+rows report (MODES). A task is answered with a `Result` (a tune task: one per config, then DONE),
+whose `to_json()` is the row the reports write.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import enum
 from typing import ClassVar
 
-STATUSES = ("pass", "fail", "error", "skip")
 # mosaic_tpu off a TPU runs in TPU interpret mode under this many schedules per task
 # (seed x DMA mode x cores; codegen/run/multicore.py): the four combinations of DMA mode and cores.
 DEFAULT_SCHEDULES = 4
@@ -158,22 +159,76 @@ class CeilingsTask(_Named):
     out_root: str = ""
 
 
-def result(task: Task, status: str, message: str = "", **metrics) -> dict:
-    out = {
-        "kernel": task.kernel,
-        "backend": task.backend,
-        "case": task.case,
-        "dtype": task.dtype_label,
-        "mode": task.mode,
-        "seed": task.seed,
-        "status": status,
-        "max_abs_err": None,
-        "max_rel_err": None,
-        "rel_err": None,
-        "frac_within_tol": None,
-        "tolerance": None,
-        "seconds": None,
-        "message": message,
-    }
-    out.update(metrics)
-    return out
+class Status(str, enum.Enum):
+    """A result's status; its value is the string the JSON row holds."""
+
+    PASS = "pass"
+    FAIL = "fail"
+    ERROR = "error"
+    SKIP = "skip"
+
+    def __str__(self) -> str:
+        return self.value
+
+    def __format__(self, spec: str) -> str:
+        return format(self.value, spec)
+
+
+STATUSES = tuple(s.value for s in Status)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Result:
+    """The answer to a task: the fields every result row has (docs/verify.md), in the row's order,
+    then `extra`, the fields of its kind of task (a run's `inputs`, a bench row's figures, a tune
+    row's `params`, ...) in the order they were added. Built once and replaced (`updated`), never
+    changed; `to_json()` is the row."""
+
+    kernel: str
+    backend: str
+    case: str
+    dtype: str
+    mode: str
+    seed: int
+    status: Status
+    max_abs_err: float | None = None
+    max_rel_err: float | None = None
+    rel_err: float | None = None
+    frac_within_tol: float | None = None
+    tolerance: dict | None = None  # {"atol", "rtol", "rel_err"}: dtypes.tolerance's table
+    seconds: float | None = None
+    message: str = ""
+    extra: dict = dataclasses.field(default_factory=dict)
+
+    def __post_init__(self):
+        object.__setattr__(self, "status", Status(self.status))
+
+    @property
+    def passed(self) -> bool:
+        return self.status is Status.PASS
+
+    def updated(self, **fields) -> Result:
+        """This result with `fields` replaced: the row's own fields by name, any other into `extra`
+        (a field it holds keeps its place, a new one goes last)."""
+        own = {k: v for k, v in fields.items() if k in _FIELDS}
+        more = {k: v for k, v in fields.items() if k not in _FIELDS}
+        return dataclasses.replace(self, **own, extra={**self.extra, **more} if more else self.extra)
+
+    def to_json(self) -> dict:
+        """The result row, as the JSON reports write it."""
+        row = {name: getattr(self, name) for name in _FIELDS}
+        row["status"] = self.status.value
+        return {**row, **self.extra}
+
+
+_FIELDS = tuple(f.name for f in dataclasses.fields(Result) if f.name != "extra")
+
+
+DONE = {"done": True}  # what a worker sends after the last result of a task that answers with several (tune)
+
+
+def result(task: Task, status: Status | str, message: str = "", **fields) -> Result:
+    """The result of `task`: its fields, `status` and `message`, and `fields` (as Result.updated)."""
+    out = Result(kernel=task.kernel, backend=task.backend, case=task.case, dtype=task.dtype_label, mode=task.mode,
+                 seed=task.seed, status=status, message=message)
+    return out.updated(**fields) if fields else out

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from kspec.codegen.run import compare, inputs, kinds
-from kspec.codegen.run.tasks import RunTask, Task
+from kspec.codegen.run.tasks import RunTask
 from conftest import VALID_SPEC, build_spec, mutate
 
 TASK = RunTask(spec_path="specs/tiny.yaml", kernel="tiny", backend="interpret", case="c", case_index=0,
@@ -102,23 +102,3 @@ def test_the_other_kinds_are_judged_by_nan_inf_and_the_relative_error_norm():
     inf_ref[7] = np.inf
     assert compare.compare(ref, inf_ref, 1e-4, 1e-4, normwise=1e-3)["message"] == (
         "1 element(s) are not NaN/Inf as the reference's are")
-
-
-def test_a_task_is_built_by_name_as_one_of_its_kinds_each_with_its_own_fields():
-    from kspec.codegen.run import tasks
-
-    common = {f.name: getattr(TASK, f.name) for f in dataclasses.fields(Task)}
-    with pytest.raises(TypeError):
-        RunTask("specs/tiny.yaml", "tiny", "interpret", "c", 0, (), "float32", 5, "generated")
-    with pytest.raises(TypeError, match="Task is the fields every task has; build one of its kinds"):
-        Task(**common)
-    with pytest.raises(TypeError, match="unexpected keyword argument 'samples'"):  # a bench field
-        RunTask(**common, samples=3)
-    kinds_ = [TASK, tasks.LowerTask(**common), tasks.GradTask(**common), tasks.LowerTask(**common, grad=True),
-              tasks.BenchTask(**common, samples=3), tasks.ShardedTask(**common, devices=2),
-              tasks.ShardedTask(**common, devices=2, lower=True), tasks.TuneTask(**common, configs=(), samples=3),
-              tasks.CeilingsTask()]
-    assert tuple(t.mode for t in kinds_) == tasks.MODES
-    assert [t.label for t in kinds_[:4]] == ["tiny[interpret] c float32", "tiny[interpret] c float32",
-                                             "tiny[interpret] c float32 (grad)", "tiny[interpret] c float32 (grad)"]
-    assert tasks.BenchTask(**common, samples=3, grad=True).label.endswith(" (grad)")
