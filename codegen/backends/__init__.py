@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 import dataclasses
+from typing import Literal
 
+from kspec.codegen.spec.model import DimKind, MemorySpace, ScratchKind
+
+# The backends there are: the keys of BACKENDS, and the names a spec's `backends:` may use.
+BackendName = Literal["interpret", "triton", "mosaic_gpu", "mosaic_tpu"]
 
 @dataclasses.dataclass(frozen=True)
 class Backend:
-    name: str
+    name: BackendName
     doc: str
     # jax.default_backend() values this backend can run on
     platforms: tuple
@@ -23,19 +28,19 @@ class Backend:
     template: str = "kernel.py.j2"
     # What of the pallas_call surface it takes (checks read these; E410, E412 to E414):
     memory_spaces: tuple = ()  # block memory_space values
-    block_kinds: tuple = ("blocked", "squeezed")  # block_shape entry kinds
+    block_kinds: tuple = (DimKind.BLOCKED, DimKind.SQUEEZED)  # block_shape entry kinds
     element_padding: bool = False  # element dims may have padding, pl.Element(n, (low, high))
-    scratch_kinds: tuple = ("array",)
+    scratch_kinds: tuple = (ScratchKind.ARRAY,)
     prefetch: bool = False  # scalar-prefetch inputs (pltpu.PrefetchScalarGridSpec)
     aliases: bool = True  # input_output_aliases
     pipeline_mode: bool = False  # pl.Buffered
 
 
-TPU_MEMORY_SPACES = ("any", "hbm", "vmem", "smem")
-TPU_SCRATCH_KINDS = ("array", "dma_semaphore", "semaphore")
-ALL_BLOCK_KINDS = ("blocked", "squeezed", "element", "bounded_slice")
+TPU_MEMORY_SPACES = (MemorySpace.ANY, MemorySpace.HBM, MemorySpace.VMEM, MemorySpace.SMEM)
+TPU_SCRATCH_KINDS = (ScratchKind.ARRAY, ScratchKind.DMA_SEMAPHORE, ScratchKind.SEMAPHORE)
+ALL_BLOCK_KINDS = (DimKind.BLOCKED, DimKind.SQUEEZED, DimKind.ELEMENT, DimKind.BOUNDED)
 
-BACKENDS: dict = {
+BACKENDS: dict[BackendName, Backend] = {
     b.name: b
     for b in (
         Backend(
@@ -62,9 +67,9 @@ BACKENDS: dict = {
             compiler_params_class="pltriton.CompilerParams",
             imports=("from jax.experimental.pallas import triton as pltriton",),
             # element dims, but unpadded: its lowering refuses pl.Element padding (jax 0.10.2)
-            block_kinds=("blocked", "squeezed", "element"),
+            block_kinds=(DimKind.BLOCKED, DimKind.SQUEEZED, DimKind.ELEMENT),
             # any: the whole array, which the body indexes itself (e.g. a persistent row loop)
-            memory_spaces=("any",),
+            memory_spaces=(MemorySpace.ANY,),
         ),
         Backend(
             "mosaic_gpu",
@@ -75,8 +80,8 @@ BACKENDS: dict = {
             imports=("from jax.experimental.pallas import mosaic_gpu as plgpu",),
             # plgpu.kernel + plgpu.emit_pipeline: pallas_call no longer lowers for Mosaic GPU in jax 0.11
             template="mosaic_gpu.py.j2",
-            memory_spaces=("gmem", "smem"),
-            scratch_kinds=("array", "barrier", "accumulator"),
+            memory_spaces=(MemorySpace.GMEM, MemorySpace.SMEM),
+            scratch_kinds=(ScratchKind.ARRAY, ScratchKind.BARRIER, ScratchKind.ACCUMULATOR),
             aliases=False,
         ),
         Backend(

@@ -15,11 +15,12 @@ import itertools
 
 from kspec.codegen.diagnostics import Diagnostic, did_you_mean
 from kspec.codegen.backends.rules import CHECKED_NUM_SMS, NUM_SMS
+from kspec.codegen.spec.model import MemorySpace, MeshRole, PipeRole, Role, SpecKind
 
 MESH_BACKENDS = ("mosaic_gpu", "mosaic_tpu")
-ROLES = {"mosaic_gpu": ("grid", "cluster", "threads"), "mosaic_tpu": ("cores",)}
-REF_SPACES = {"mosaic_gpu": ("gmem",), "mosaic_tpu": ("any", "hbm")}
-DEFAULT_REF_SPACE = {"mosaic_gpu": "gmem", "mosaic_tpu": "any"}
+ROLES = {"mosaic_gpu": (MeshRole.GRID, MeshRole.CLUSTER, MeshRole.THREADS), "mosaic_tpu": (MeshRole.CORES,)}
+REF_SPACES = {"mosaic_gpu": (MemorySpace.GMEM,), "mosaic_tpu": (MemorySpace.ANY, MemorySpace.HBM)}
+DEFAULT_REF_SPACE = {"mosaic_gpu": MemorySpace.GMEM, "mosaic_tpu": MemorySpace.ANY}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -40,7 +41,7 @@ def structure(spec, v, unknown) -> list:
     """Case-independent checks of one variant (E430 to E432, E402 to E404, E301).
 
     `unknown(expr, scope, what)` is checks._unknown (unknown names in an expression)."""
-    if spec.kind != "mesh":
+    if spec.kind != SpecKind.MESH:
         if v.mesh or v.pipelines or v.refs:
             return [Diagnostic("E430", f"{v.backend}: `mesh`, `pipelines` and `refs` belong to mesh kernels",
                                v.mesh_loc or v.loc, "add `kind: mesh` at the top of the spec, or remove them")]
@@ -62,7 +63,7 @@ def structure(spec, v, unknown) -> list:
             out.append(Diagnostic("E431", f"{where}: mesh `{axis.role}` is not a {v.backend} mesh axis",
                                   axis.loc, f"{v.backend} meshes take {', '.join(roles)}"))
     if v.backend == "mosaic_gpu":
-        grid, cluster = v.mesh_axes("grid"), v.mesh_axes("cluster")
+        grid, cluster = v.mesh_axes(MeshRole.GRID), v.mesh_axes(MeshRole.CLUSTER)
         if not grid:
             out.append(Diagnostic("E431", f"{where}: the mesh needs a `grid`", v.mesh_loc or v.loc,
                                   "e.g. `grid: {sm: num_sms}` for a persistent kernel"))
@@ -72,7 +73,7 @@ def structure(spec, v, unknown) -> list:
     params = {p.name for p in v.params}
     scope = params | set(spec.dims)
     for axis in v.mesh:
-        extra = {NUM_SMS} if axis.role == "grid" else set()
+        extra = {NUM_SMS} if axis.role == MeshRole.GRID else set()
         out += unknown(axis.size, scope | extra, f"mesh {axis.role} {axis.name}")
     operands = {o.name: o for o in spec.operands}
     for name, space in v.refs.items():
@@ -105,14 +106,14 @@ def _pipeline_structure(spec, v, pipe, scope, operands, unknown) -> list:
         for what in gpu_only:
             out.append(Diagnostic("E432", f"{where}: {what} is Mosaic GPU only", pipe.loc,
                                   "Mosaic TPU pipelines double-buffer every block"))
-    if pipe.compute_wgs and not v.mesh_axes("threads"):
+    if pipe.compute_wgs and not v.mesh_axes(MeshRole.THREADS):
         out.append(Diagnostic("E432", f"{where}: a warp-specialized pipeline needs `threads` in the mesh", pipe.loc,
                               f"add `threads: {{wg: {pipe.compute_wgs + 1}}}` (the compute warpgroups and one that copies)"))
-    clusters = {a.name for a in v.mesh_axes("cluster")}
+    clusters = {a.name for a in v.mesh_axes(MeshRole.CLUSTER)}
     for pb in pipe.blocks:
         for axis in pb.block.collective_axes:
             problem = (
-                "only inputs are multicast" if pb.role == "out"
+                "only inputs are multicast" if pb.role == PipeRole.OUT
                 else "only a warp-specialized pipeline multicasts" if not pipe.compute_wgs
                 else f"`{axis}` is not a cluster axis of the mesh" if axis not in clusters
                 else None
@@ -127,7 +128,7 @@ def _pipeline_structure(spec, v, pipe, scope, operands, unknown) -> list:
             out.append(Diagnostic("E432", f"{where}: block for unknown operand `{pb.operand}`", pb.block.loc,
                                   did_you_mean(pb.operand, operands)))
             continue
-        want = "input" if pb.role == "in" else "output"
+        want = Role.INPUT if pb.role == PipeRole.IN else Role.OUTPUT
         if op.role != want:
             out.append(Diagnostic("E432", f"{where}: {pb.operand} is an {op.role}, listed under `{pb.role}`", pb.block.loc,
                                   "list inputs under `in` and outputs under `out`"))
@@ -199,7 +200,7 @@ def bounds_and_coverage(inst, grid_points, walk) -> list:
                                           [({}, "")], "step", f"the view of {pb.operand}")
             out += found
             reported, exhaustive = bool(found), exhaustive and walked
-            if pb.role == "out" and exhaustive and not reported:
+            if pb.role == PipeRole.OUT and exhaustive and not reported:
                 counts = [-(-n // b) for n, b in zip(view, bshape)]
                 missing = next((t for t in itertools.product(*(range(c) for c in counts)) if t not in visited), None)
                 if missing is not None:

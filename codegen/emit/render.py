@@ -19,7 +19,7 @@ import jinja2
 from kspec.codegen.checks import vjp as _vjp
 from kspec.codegen.backends import AUTO, BACKENDS
 from kspec.codegen.spec.expr import Expr
-from kspec.codegen.spec.model import KernelSpec, Variant
+from kspec.codegen.spec.model import DimKind, KernelSpec, MemorySpace, MeshRole, Role, ScratchKind, SpecKind, Variant
 
 TEMPLATES = Path(str(resources.files("kspec") / "templates"))
 
@@ -92,18 +92,19 @@ def _gpu_layout(block) -> str:
 
 
 # How each block memory_space is spelled, per backend family.
-MEMORY_SPACES = {"any": "pl.ANY", "hbm": "pltpu.HBM", "vmem": "pltpu.VMEM", "smem": "pltpu.SMEM"}
-GPU_MEMORY_SPACES = {"gmem": "plgpu.GMEM", "smem": "plgpu.SMEM"}
+MEMORY_SPACES = {MemorySpace.ANY: "pl.ANY", MemorySpace.HBM: "pltpu.HBM", MemorySpace.VMEM: "pltpu.VMEM",
+                 MemorySpace.SMEM: "pltpu.SMEM"}
+GPU_MEMORY_SPACES = {MemorySpace.GMEM: "plgpu.GMEM", MemorySpace.SMEM: "plgpu.SMEM"}
 
 
 def _block_dim(block, d: int) -> str:
     """One block_shape entry as Pallas spells it."""
     kind, size = block.kind(d), block.block_shape[d]
-    if kind == "squeezed":
+    if kind == DimKind.SQUEEZED:
         return "pl.squeezed"
-    if kind == "element":
+    if kind == DimKind.ELEMENT:
         return f"pl.Element({size.render()}, {_tuple(map(str, block.padding[d]))})"
-    if kind == "bounded_slice":
+    if kind == DimKind.BOUNDED:
         return f"pl.BoundedSlice({size.render()})"
     return size.render()
 
@@ -293,7 +294,7 @@ class _Context:
             residual_names=[o.name for o in spec.outputs if o.residual],
             keep=self._keep(),
         )
-        if spec.kind == "mesh":
+        if spec.kind == SpecKind.MESH:
             out.update(self._mesh(variant))
         elif backend.name == "mosaic_gpu":
             out.update(self._pipeline(variant))  # its compiler_params lose the pipeline's fields
@@ -321,11 +322,11 @@ class _Context:
             block = variant.blocks.get(op.name)
             if block is None or block.block_shape is None:
                 continue
-            sizes = [e.render() if block.kind(d) == "blocked" and e.source != op.shape[d].source else None
+            sizes = [e.render() if block.kind(d) == DimKind.BLOCKED and e.source != op.shape[d].source else None
                      for d, e in enumerate(block.block_shape)]
             if not any(sizes):
                 continue
-            if op.role == "input":
+            if op.role == Role.INPUT:
                 inputs.append((op.name, _tuple(b or "None" for b in sizes)))
             else:
                 outputs[op.name] = _tuple(
@@ -341,8 +342,8 @@ class _Context:
         factories the body calls, and the mesh axis indices the body mentions."""
         gpu = variant.backend == "mosaic_gpu"
         used = variant.body.names
-        grid, cluster = variant.mesh_axes("grid"), variant.mesh_axes("cluster")
-        threads, cores = variant.mesh_axes("threads"), variant.mesh_axes("cores")
+        grid, cluster = variant.mesh_axes(MeshRole.GRID), variant.mesh_axes(MeshRole.CLUSTER)
+        threads, cores = variant.mesh_axes(MeshRole.THREADS), variant.mesh_axes(MeshRole.CORES)
         kernel_grid = []
         for n, axis in enumerate(grid):
             size = axis.size.render()
@@ -383,7 +384,7 @@ class _Context:
             specs[pb.role].append(f"{cls}({', '.join([shape, index_map] + extra)})")
         options = []
         if gpu and pipe.compute_wgs:
-            thread = variant.mesh_axes("threads")[0].name
+            thread = variant.mesh_axes(MeshRole.THREADS)[0].name
             options += [f'wg_axis="{thread}"', f"num_compute_wgs={pipe.compute_wgs}", f"memory_registers={pipe.memory_registers}"]
         if gpu:
             options.append(f"max_concurrent_steps={pipe.buffers.render() if pipe.buffers is not None else 2}")
@@ -477,22 +478,22 @@ class _Context:
 
     def _scratch(self, variant: Variant, s) -> str:
         shape = _tuple(e.render() for e in s.shape)
-        if s.kind == "dma_semaphore":
+        if s.kind == ScratchKind.DMA_SEMAPHORE:
             return f"pltpu.SemaphoreType.DMA({shape})"
-        if s.kind == "semaphore":
+        if s.kind == ScratchKind.SEMAPHORE:
             return f"pltpu.SemaphoreType.REGULAR({shape})"
-        if s.kind == "barrier":
+        if s.kind == ScratchKind.BARRIER:
             count = s.shape[0].render() if s.shape else "1"
             if s.collective_axes:
                 axes = _tuple(repr(a) for a in s.collective_axes)
                 return f"plgpu.ClusterBarrier(collective_axes={axes}, num_arrivals={s.num_arrivals}, num_barriers={count})"
             return f"plgpu.Barrier(num_arrivals={s.num_arrivals}, num_barriers={count})"
-        if s.kind == "accumulator":
+        if s.kind == ScratchKind.ACCUMULATOR:
             return f"plgpu.ACC({shape}, {self._scratch_dtype(s) if s.dtype else 'jnp.float32'})"
         if variant.backend == "mosaic_gpu":
             layout = _gpu_layout(s)
             return f"plgpu.SMEM({shape}, {self._scratch_dtype(s)}{', ' + layout if layout else ''})"
-        space = "SMEM" if s.memory_space == "smem" else "VMEM"
+        space = "SMEM" if s.memory_space == MemorySpace.SMEM else "VMEM"
         return f"pltpu.{space}({shape}, {self._scratch_dtype(s)})"
 
     def _scratch_dtype(self, s) -> str:
@@ -706,7 +707,7 @@ def render(spec: KernelSpec, spec_path: str, tuned: dict | None = None, linked: 
         "_dispatch.py": env.get_template("dispatch.py.j2").render(ctx.dispatch()),
     }
     for name, variant in spec.variants.items():
-        template = "mesh.py.j2" if spec.kind == "mesh" else BACKENDS[name].template
+        template = "mesh.py.j2" if spec.kind == SpecKind.MESH else BACKENDS[name].template
         files[f"{name}.py"] = env.get_template(template).render(ctx.kernel(variant))
     if spec.sharding is not None:
         files["sharded.py"] = env.get_template("sharded.py.j2").render(ctx.sharded())

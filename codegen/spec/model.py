@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import enum
 import hashlib
 import itertools
 import math
@@ -20,6 +21,80 @@ from kspec.codegen.spec import vjp as _vjp
 from kspec.codegen.diagnostics import Diagnostic, Location, SpecError
 from kspec.codegen.spec.expr import Expr, ExprError, IndexMap, parse_expr, parse_index_map
 from kspec.codegen.spec.loader import Document
+
+
+# The closed sets of names a spec chooses from (schema/kspec.schema.json lists the same values).
+# Each member is its YAML string: it compares equal to it and prints as it.
+
+
+class SpecKind(enum.StrEnum):
+    """What the spec builds (`kind:`): one pallas_call, or a kernel over a mesh of its own."""
+
+    PALLAS_CALL = "pallas_call"
+    MESH = "mesh"
+
+
+class Role(enum.StrEnum):
+    """Which side of the kernel an operand is on."""
+
+    INPUT = "input"
+    OUTPUT = "output"
+
+
+class MemorySpace(enum.StrEnum):
+    """Where a block or a scratch buffer lives (`memory_space:`)."""
+
+    ANY = "any"
+    HBM = "hbm"
+    VMEM = "vmem"
+    SMEM = "smem"
+    GMEM = "gmem"
+
+
+class ScratchKind(enum.StrEnum):
+    """What a scratch entry is (`kind:`)."""
+
+    ARRAY = "array"
+    DMA_SEMAPHORE = "dma_semaphore"
+    SEMAPHORE = "semaphore"
+    BARRIER = "barrier"
+    ACCUMULATOR = "accumulator"
+
+
+class MeshRole(enum.StrEnum):
+    """What a mesh kernel's mesh axis spans (`mesh:`), in the order the axes are built."""
+
+    GRID = "grid"
+    CLUSTER = "cluster"
+    THREADS = "threads"
+    CORES = "cores"
+
+
+class PipeRole(enum.StrEnum):
+    """Which side of an emit_pipeline stage an operand is on (`pipelines: {in, out}`)."""
+
+    IN = "in"
+    OUT = "out"
+
+
+class DimKind(enum.StrEnum):
+    """How a block_shape entry cuts its dim."""
+
+    BLOCKED = "blocked"
+    SQUEEZED = "squeezed"
+    ELEMENT = "element"
+    BOUNDED = "bounded_slice"
+
+
+class InitKind(enum.StrEnum):
+    """The data verify fills an input with (`init: {kind}`)."""
+
+    NORMAL = "normal"
+    UNIFORM = "uniform"
+    POSITIVE = "positive"
+    INDEX = "index"
+    ONES = "ones"
+    ZEROS = "zeros"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -72,7 +147,7 @@ class Param:
 class Init:
     """How verify fills an input with test data (`init:`); `index` gives integers in [0, bound)."""
 
-    kind: str  # normal | uniform | positive | index | ones | zeros
+    kind: InitKind
     low: float = 0.0
     high: float = 1.0
     mean: float = 0.0
@@ -92,7 +167,7 @@ class Init:
 @dataclasses.dataclass(frozen=True)
 class Operand:
     name: str
-    role: str  # "input" | "output"
+    role: Role
     shape: tuple  # of Expr
     dtypes: tuple | None  # allowed dtype names, or None when it follows another operand
     follows: str | None  # the input whose dtype this operand shares
@@ -111,7 +186,7 @@ class Operand:
         return len(self.shape)
 
 
-BLOCKED, SQUEEZED, ELEMENT, BOUNDED = "blocked", "squeezed", "element", "bounded_slice"
+BLOCKED, SQUEEZED, ELEMENT, BOUNDED = DimKind.BLOCKED, DimKind.SQUEEZED, DimKind.ELEMENT, DimKind.BOUNDED
 
 
 @dataclasses.dataclass(frozen=True)
@@ -125,14 +200,14 @@ class Block:
     tiling: tuple = ()  # of int; () for no TilingTransform
     swizzle: int | None = None
     delay_release: int = 0
-    kinds: tuple = ()  # per dim: BLOCKED, SQUEEZED, ELEMENT or BOUNDED
+    kinds: tuple = ()  # of DimKind, per dim
     padding: tuple = ()  # per dim: (low, high) of an ELEMENT dim, else (0, 0)
-    memory_space: str | None = None  # any | hbm | vmem | smem | gmem; None: the backend's default
+    memory_space: MemorySpace | None = None  # None: the backend's default
     buffers: int | None = None  # pipeline_mode: pl.Buffered(buffers)
     masked: bool = False  # the body loads and stores it masked: on triton its dims need not be powers of two
     collective_axes: tuple = ()  # Mosaic GPU pipeline inputs: the cluster axis a copy is multicast along
 
-    def kind(self, d: int) -> str:
+    def kind(self, d: int) -> DimKind:
         return self.kinds[d] if self.kinds else (SQUEEZED if self.block_shape[d] is None else BLOCKED)
 
 
@@ -150,8 +225,8 @@ class Scratch:
     name: str
     shape: tuple  # of Expr
     dtype: str | None
-    memory_space: str
-    kind: str  # array | dma_semaphore | semaphore | barrier | accumulator
+    memory_space: MemorySpace
+    kind: ScratchKind
     num_arrivals: int
     loc: Location
     tiling: tuple = ()  # Mosaic GPU SMEM arrays: plgpu.TilingTransform
@@ -164,7 +239,7 @@ class MeshAxis:
     """One axis of a mesh kernel's mesh; its index reaches the body as `name`."""
 
     name: str
-    role: str  # grid | cluster | threads | cores
+    role: MeshRole
     size: Expr
     loc: Location
 
@@ -174,7 +249,7 @@ class PipeBlock:
     """One operand of an emit_pipeline stage: its view, block and index map."""
 
     operand: str
-    role: str  # "in" | "out"
+    role: PipeRole
     view: tuple | None  # of Expr; None: the operand's whole shape
     block: Block  # block_shape and index_map over the pipeline's grid
 
@@ -232,11 +307,11 @@ class Variant:
     dtypes: Mapping[str, tuple] = dataclasses.field(default_factory=dict)  # input -> allowed
     mesh: tuple = ()  # of MeshAxis (mesh kernels)
     pipelines: tuple = ()  # of Pipeline (mesh kernels)
-    refs: Mapping[str, str] = dataclasses.field(default_factory=dict)  # operand -> memory space (mesh kernels)
+    refs: Mapping[str, MemorySpace] = dataclasses.field(default_factory=dict)  # operand -> where (mesh kernels)
     mesh_loc: Location | None = None
     constraints: tuple = ()  # of Constraint: what this backend needs of dims and params
 
-    def mesh_axes(self, role: str) -> tuple:
+    def mesh_axes(self, role: MeshRole) -> tuple:
         return tuple(a for a in self.mesh if a.role == role)
 
     def supports(self, assignment: Mapping[str, str]) -> bool:
@@ -319,7 +394,7 @@ class KernelSpec:
     aliases: Mapping[str, str] = dataclasses.field(default_factory=dict)  # output -> input it overwrites
     aliases_loc: Location | None = None
     call: CallOptions = CallOptions()
-    kind: str = "pallas_call"  # or "mesh"
+    kind: SpecKind = SpecKind.PALLAS_CALL
     kind_loc: Location | None = None
     vjp: _vjp.Vjp | None = None  # the `vjp:` section (codegen/spec/vjp.py)
     competitors: tuple = ()  # of Competitor
@@ -417,7 +492,7 @@ class _Builder:
                 out.append(Param(name, value, None, "", self.doc.key_loc(here)))
         return tuple(out)
 
-    def operands(self, raw: Mapping, role: str, at: tuple, inputs: set) -> tuple:
+    def operands(self, raw: Mapping, role: Role, at: tuple, inputs: set) -> tuple:
         out = []
         for name, spec in raw.items():
             here = at + (name,)
@@ -455,7 +530,7 @@ class _Builder:
             return None
         numbers = {k: float(raw[k]) for k in ("low", "high", "mean", "std") if k in raw}
         bound = self.expr(raw["bound"], at + ("bound",)) if "bound" in raw else None
-        return Init(raw["kind"], **numbers, of=raw.get("of"), dim=raw.get("dim", 0), bound_expr=bound, loc=self.doc.loc(at))
+        return Init(InitKind(raw["kind"]), **numbers, of=raw.get("of"), dim=raw.get("dim", 0), bound_expr=bound, loc=self.doc.loc(at))
 
     def grid(self, raw: Any, at: tuple) -> tuple:
         if raw is None:
@@ -483,7 +558,7 @@ class _Builder:
                 spec.get("delay_release", 0),
                 tuple(kind for kind, _, _ in dims),
                 tuple(pad for _, _, pad in dims),
-                spec.get("memory_space"),
+                _member(MemorySpace, spec.get("memory_space")),
                 (spec.get("pipeline_mode") or {}).get("buffered"),
                 masked=bool(spec.get("masked", False)),
             )
@@ -509,8 +584,8 @@ class _Builder:
                     name,
                     shape,
                     spec.get("dtype"),
-                    spec.get("memory_space", "vmem"),
-                    spec.get("kind", "array"),
+                    MemorySpace(spec.get("memory_space", MemorySpace.VMEM)),
+                    ScratchKind(spec.get("kind", ScratchKind.ARRAY)),
                     spec.get("num_arrivals", 1),
                     self.doc.key_loc(here),
                     tuple((spec.get("transforms") or {}).get("tiling", ())),
@@ -537,8 +612,7 @@ class _Builder:
             blocks.update(self.blocks(over.get("blocks"), at + ("blocks",)))
             mesh_at = at + ("mesh",) if "mesh" in over else ("mesh",)
             pipes_at = at + ("pipelines",) if "pipelines" in over else ("pipelines",)
-            refs = dict(data.get("refs") or {})
-            refs.update(over.get("refs") or {})
+            refs = {k: MemorySpace(v) for k, v in {**(data.get("refs") or {}), **(over.get("refs") or {})}.items()}
             out[name] = Variant(
                 backend=name,
                 grid=self.grid(over["grid"], at + ("grid",)) if "grid" in over else base_grid,
@@ -567,7 +641,7 @@ class _Builder:
 
     def mesh(self, raw: Mapping | None, at: tuple) -> tuple:
         out = []
-        for role in ("grid", "cluster", "threads", "cores"):
+        for role in MeshRole:
             for name, size in ((raw or {}).get(role) or {}).items():
                 here = at + (role, name)
                 out.append(MeshAxis(name, role, self.expr(size, here), self.doc.key_loc(here)))
@@ -578,7 +652,7 @@ class _Builder:
         for name, spec in (raw or {}).items():
             here = at + (name,)
             blocks = []
-            for role in ("in", "out"):
+            for role in PipeRole:
                 for op, b in (spec.get(role) or {}).items():
                     bat = here + (role, op)
                     shape = tuple(self.expr(v, bat + ("block_shape", i)) for i, v in enumerate(b["block_shape"]))
@@ -715,6 +789,11 @@ class _Builder:
         return tuple(out)
 
 
+def _member(kind: type[enum.StrEnum], value: str | None):
+    """`value` as a member of `kind` (the schema allows only its values), or None."""
+    return None if value is None else kind(value)
+
+
 def _dims(inputs: tuple, params: set) -> tuple:
     seen: list = []
     for op in inputs:
@@ -729,8 +808,8 @@ def build(doc: Document) -> KernelSpec:
     data = doc.data
     b = _Builder(doc)
     input_names = set(data["inputs"])
-    inputs = b.operands(data["inputs"], "input", ("inputs",), input_names)
-    outputs = b.operands(data["outputs"], "output", ("outputs",), input_names)
+    inputs = b.operands(data["inputs"], Role.INPUT, ("inputs",), input_names)
+    outputs = b.operands(data["outputs"], Role.OUTPUT, ("outputs",), input_names)
     variants = b.variants(data)
     spec = KernelSpec(
         name=data["name"],
@@ -754,7 +833,7 @@ def build(doc: Document) -> KernelSpec:
         aliases=dict(data.get("input_output_aliases") or {}),
         aliases_loc=doc.key_loc(("input_output_aliases",)) if "input_output_aliases" in data else None,
         call=b.call(data.get("pallas_call")),
-        kind=data.get("kind", "pallas_call"),
+        kind=SpecKind(data.get("kind", SpecKind.PALLAS_CALL)),
         kind_loc=doc.loc(("kind",)) if "kind" in data else None,
         vjp=_vjp.build(doc),
         competitors=b.competitors(data.get("competitors")),
