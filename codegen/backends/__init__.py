@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from typing import Literal
 
 from kspec.codegen.spec.model import DimKind, MemorySpace, ScratchKind
@@ -27,7 +28,8 @@ class Backend:
     # the template in templates/ that renders its module (kernel.py.j2: a pallas_call)
     template: str = "kernel.py.j2"
     # What of the pallas_call surface it takes (checks read these; E410, E412 to E414):
-    memory_spaces: tuple = ()  # block memory_space values
+    # block memory_space values it takes, each with how its module spells it
+    memory_spaces: Mapping[MemorySpace, str] = dataclasses.field(default_factory=dict)
     block_kinds: tuple = (DimKind.BLOCKED, DimKind.SQUEEZED)  # block_shape entry kinds
     element_padding: bool = False  # element dims may have padding, pl.Element(n, (low, high))
     scratch_kinds: tuple = (ScratchKind.ARRAY,)
@@ -36,7 +38,8 @@ class Backend:
     pipeline_mode: bool = False  # pl.Buffered
 
 
-TPU_MEMORY_SPACES = (MemorySpace.ANY, MemorySpace.HBM, MemorySpace.VMEM, MemorySpace.SMEM)
+TPU_MEMORY_SPACES = {MemorySpace.ANY: "pl.ANY", MemorySpace.HBM: "pltpu.HBM", MemorySpace.VMEM: "pltpu.VMEM",
+                     MemorySpace.SMEM: "pltpu.SMEM"}
 TPU_SCRATCH_KINDS = (ScratchKind.ARRAY, ScratchKind.DMA_SEMAPHORE, ScratchKind.SEMAPHORE)
 ALL_BLOCK_KINDS = (DimKind.BLOCKED, DimKind.SQUEEZED, DimKind.ELEMENT, DimKind.BOUNDED)
 
@@ -69,7 +72,7 @@ BACKENDS: dict[BackendName, Backend] = {
             # element dims, but unpadded: its lowering refuses pl.Element padding (jax 0.10.2)
             block_kinds=(DimKind.BLOCKED, DimKind.SQUEEZED, DimKind.ELEMENT),
             # any: the whole array, which the body indexes itself (e.g. a persistent row loop)
-            memory_spaces=(MemorySpace.ANY,),
+            memory_spaces={MemorySpace.ANY: "pl.ANY"},
         ),
         Backend(
             "mosaic_gpu",
@@ -80,7 +83,7 @@ BACKENDS: dict[BackendName, Backend] = {
             imports=("from jax.experimental.pallas import mosaic_gpu as plgpu",),
             # plgpu.kernel + plgpu.emit_pipeline: pallas_call no longer lowers for Mosaic GPU in jax 0.11
             template="mosaic_gpu.py.j2",
-            memory_spaces=(MemorySpace.GMEM, MemorySpace.SMEM),
+            memory_spaces={MemorySpace.GMEM: "plgpu.GMEM", MemorySpace.SMEM: "plgpu.SMEM"},
             scratch_kinds=(ScratchKind.ARRAY, ScratchKind.BARRIER, ScratchKind.ACCUMULATOR),
             aliases=False,
         ),
