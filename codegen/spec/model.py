@@ -439,12 +439,15 @@ DEFAULT_BACKENDS = ("interpret",)
 EXPR_COMPILER_PARAMS = frozenset({"num_warps", "num_stages", "max_concurrent_steps", "vmem_limit_bytes"})
 
 
-class _Builder:
-    def __init__(self, doc: Document):
-        self.doc = doc
-        self.errors: list[Diagnostic] = []
+class _Parser:
+    """What every part of the model is built with: the document, the diagnostics found so far
+    (shared by all the builders of one document), and the parsing of its expressions, index maps,
+    code and constraints."""
 
-    # -- expressions ------------------------------------------------------
+    def __init__(self, doc: Document, errors: list):
+        self.doc = doc
+        self.errors: list[Diagnostic] = errors
+
     def expr(self, value: Any, at: tuple) -> Expr | None:
         try:
             e = parse_expr(value)
@@ -477,20 +480,28 @@ class _Builder:
         origin = Location(info.loc.path, info.loc.line, info.loc.col + quote)
         return Code(value, origin, None)
 
-    # -- entities -----------------------------------------------------------
-    def params(self, raw: Mapping, at: tuple) -> tuple:
+    def constraints(self, raw: list, at: tuple = ("constraints",)) -> tuple:
         out = []
-        for name, value in (raw or {}).items():
-            here = at + (name,)
-            if isinstance(value, dict):
-                choices = tuple(value["choices"]) if "choices" in value else None
-                default = value["default"]
-                if isinstance(default, str):  # an expression over the dims, evaluated per call
-                    default = self.expr(default, here + ("default",))
-                out.append(Param(name, default, choices, value.get("doc", ""), self.doc.key_loc(here)))
+        for i, c in enumerate(raw or []):
+            here = at + (i,)
+            if isinstance(c, dict):
+                e = self.condition(c["expr"], here + ("expr",))
+                out.append(Constraint(e, c.get("message"), self.doc.loc(here)))
             else:
-                out.append(Param(name, value, None, "", self.doc.key_loc(here)))
+                out.append(Constraint(self.condition(c, here), None, self.doc.loc(here)))
         return tuple(out)
+
+    @staticmethod
+    def _at(data: Mapping, at: tuple):
+        for key in at:
+            if not isinstance(data, Mapping) or key not in data:
+                return None
+            data = data[key]
+        return data
+
+
+class _Operands(_Parser):
+    """The inputs and outputs, with their initialisers."""
 
     def operands(self, raw: Mapping, role: Role, at: tuple, inputs: set) -> tuple:
         out = []
@@ -531,6 +542,61 @@ class _Builder:
         numbers = {k: float(raw[k]) for k in ("low", "high", "mean", "std") if k in raw}
         bound = self.expr(raw["bound"], at + ("bound",)) if "bound" in raw else None
         return Init(InitKind(raw["kind"]), **numbers, of=raw.get("of"), dim=raw.get("dim", 0), bound_expr=bound, loc=self.doc.loc(at))
+
+
+class _Variants(_Parser):
+    """The kernel as each backend sees it: params, grid, blocks, scratch, compiler params, and a
+    mesh kernel's mesh and pipelines, the spec's own overridden by each backend's."""
+
+    def variants(self, data: Mapping) -> dict:
+        base_params = self.params(data.get("params"), ("params",))
+        base_grid = self.grid(data.get("grid"), ("grid",))
+        base_blocks = self.blocks(data.get("blocks"), ("blocks",))
+        base_scratch = self.scratch(data.get("scratch"), ("scratch",))
+        base_body = self.code(("body",))
+        declared = data.get("backends") or {name: None for name in DEFAULT_BACKENDS}
+        out = {}
+        for name, over in declared.items():
+            over = over or {}
+            at = ("backends", name)
+            params = {p.name: p for p in base_params}
+            params.update({p.name: p for p in self.params(over.get("params"), at + ("params",))})
+            blocks = dict(base_blocks)
+            blocks.update(self.blocks(over.get("blocks"), at + ("blocks",)))
+            mesh_at = at + ("mesh",) if "mesh" in over else ("mesh",)
+            pipes_at = at + ("pipelines",) if "pipelines" in over else ("pipelines",)
+            refs = {k: MemorySpace(v) for k, v in {**(data.get("refs") or {}), **(over.get("refs") or {})}.items()}
+            out[name] = Variant(
+                backend=name,
+                grid=self.grid(over["grid"], at + ("grid",)) if "grid" in over else base_grid,
+                blocks=blocks,
+                params=tuple(params.values()),
+                scratch=self.scratch(over["scratch"], at + ("scratch",)) if "scratch" in over else base_scratch,
+                body=self.code(at + ("body",)) if "body" in over else base_body,
+                compiler_params=self.compiler_params(over.get("compiler_params"), at + ("compiler_params",)),
+                dtypes={k: tuple(v) for k, v in (over.get("dtypes") or {}).items()},
+                loc=self.doc.key_loc(at) if "backends" in data else self.doc.loc(()),
+                mesh=self.mesh(self._at(data, mesh_at), mesh_at),
+                pipelines=self.pipelines(self._at(data, pipes_at), pipes_at),
+                refs=refs,
+                mesh_loc=self.doc.key_loc(mesh_at) if self._at(data, mesh_at) is not None else None,
+                constraints=self.constraints(over.get("constraints"), at + ("constraints",)),
+            )
+        return out
+
+    def params(self, raw: Mapping, at: tuple) -> tuple:
+        out = []
+        for name, value in (raw or {}).items():
+            here = at + (name,)
+            if isinstance(value, dict):
+                choices = tuple(value["choices"]) if "choices" in value else None
+                default = value["default"]
+                if isinstance(default, str):  # an expression over the dims, evaluated per call
+                    default = self.expr(default, here + ("default",))
+                out.append(Param(name, default, choices, value.get("doc", ""), self.doc.key_loc(here)))
+            else:
+                out.append(Param(name, value, None, "", self.doc.key_loc(here)))
+        return tuple(out)
 
     def grid(self, raw: Any, at: tuple) -> tuple:
         if raw is None:
@@ -595,50 +661,6 @@ class _Builder:
             )
         return tuple(out)
 
-    def variants(self, data: Mapping) -> dict:
-        base_params = self.params(data.get("params"), ("params",))
-        base_grid = self.grid(data.get("grid"), ("grid",))
-        base_blocks = self.blocks(data.get("blocks"), ("blocks",))
-        base_scratch = self.scratch(data.get("scratch"), ("scratch",))
-        base_body = self.code(("body",))
-        declared = data.get("backends") or {name: None for name in DEFAULT_BACKENDS}
-        out = {}
-        for name, over in declared.items():
-            over = over or {}
-            at = ("backends", name)
-            params = {p.name: p for p in base_params}
-            params.update({p.name: p for p in self.params(over.get("params"), at + ("params",))})
-            blocks = dict(base_blocks)
-            blocks.update(self.blocks(over.get("blocks"), at + ("blocks",)))
-            mesh_at = at + ("mesh",) if "mesh" in over else ("mesh",)
-            pipes_at = at + ("pipelines",) if "pipelines" in over else ("pipelines",)
-            refs = {k: MemorySpace(v) for k, v in {**(data.get("refs") or {}), **(over.get("refs") or {})}.items()}
-            out[name] = Variant(
-                backend=name,
-                grid=self.grid(over["grid"], at + ("grid",)) if "grid" in over else base_grid,
-                blocks=blocks,
-                params=tuple(params.values()),
-                scratch=self.scratch(over["scratch"], at + ("scratch",)) if "scratch" in over else base_scratch,
-                body=self.code(at + ("body",)) if "body" in over else base_body,
-                compiler_params=self.compiler_params(over.get("compiler_params"), at + ("compiler_params",)),
-                dtypes={k: tuple(v) for k, v in (over.get("dtypes") or {}).items()},
-                loc=self.doc.key_loc(at) if "backends" in data else self.doc.loc(()),
-                mesh=self.mesh(self._at(data, mesh_at), mesh_at),
-                pipelines=self.pipelines(self._at(data, pipes_at), pipes_at),
-                refs=refs,
-                mesh_loc=self.doc.key_loc(mesh_at) if self._at(data, mesh_at) is not None else None,
-                constraints=self.constraints(over.get("constraints"), at + ("constraints",)),
-            )
-        return out
-
-    @staticmethod
-    def _at(data: Mapping, at: tuple):
-        for key in at:
-            if not isinstance(data, Mapping) or key not in data:
-                return None
-            data = data[key]
-        return data
-
     def mesh(self, raw: Mapping | None, at: tuple) -> tuple:
         out = []
         for role in MeshRole:
@@ -686,16 +708,10 @@ class _Builder:
             for k, v in (raw or {}).items()
         }
 
-    def cost(self, raw: Mapping | None) -> Cost | None:
-        if raw is None:
-            return None
-        at = ("cost_estimate",)
-        parts = {k: self.expr(raw[k], at + (k,)) if k in raw else None for k in ("flops", "transcendentals", "bytes_accessed")}
-        return Cost(**parts)
 
-    def call(self, raw: Mapping | None) -> CallOptions:
-        raw = raw or {}
-        return CallOptions(raw.get("name"), dict(raw.get("metadata") or {}), bool(raw.get("debug", False)))
+class _Runs(_Parser):
+    """What verify, bench and tune run the kernel on and against: cases, bench cases, families of
+    shapes, and the competitors."""
 
     def cases(self, raw: list, key: str = "cases") -> tuple:
         out = []
@@ -777,16 +793,20 @@ class _Builder:
             for name, c in (raw or {}).items()
         )
 
-    def constraints(self, raw: list, at: tuple = ("constraints",)) -> tuple:
-        out = []
-        for i, c in enumerate(raw or []):
-            here = at + (i,)
-            if isinstance(c, dict):
-                e = self.condition(c["expr"], here + ("expr",))
-                out.append(Constraint(e, c.get("message"), self.doc.loc(here)))
-            else:
-                out.append(Constraint(self.condition(c, here), None, self.doc.loc(here)))
-        return tuple(out)
+
+class _Call(_Parser):
+    """pallas_call's options: its name, metadata and debug flag, and the cost estimate."""
+
+    def call(self, raw: Mapping | None) -> CallOptions:
+        raw = raw or {}
+        return CallOptions(raw.get("name"), dict(raw.get("metadata") or {}), bool(raw.get("debug", False)))
+
+    def cost(self, raw: Mapping | None) -> Cost | None:
+        if raw is None:
+            return None
+        at = ("cost_estimate",)
+        parts = {k: self.expr(raw[k], at + (k,)) if k in raw else None for k in ("flops", "transcendentals", "bytes_accessed")}
+        return Cost(**parts)
 
 
 def _member(kind: type[enum.StrEnum], value: str | None):
@@ -806,11 +826,12 @@ def _dims(inputs: tuple, params: set) -> tuple:
 def build(doc: Document) -> KernelSpec:
     """Build the model from a schema-valid document; raise SpecError on bad expressions."""
     data = doc.data
-    b = _Builder(doc)
+    errors: list[Diagnostic] = []
+    b, ops, runs, call = _Parser(doc, errors), _Operands(doc, errors), _Runs(doc, errors), _Call(doc, errors)
     input_names = set(data["inputs"])
-    inputs = b.operands(data["inputs"], Role.INPUT, ("inputs",), input_names)
-    outputs = b.operands(data["outputs"], Role.OUTPUT, ("outputs",), input_names)
-    variants = b.variants(data)
+    inputs = ops.operands(data["inputs"], Role.INPUT, ("inputs",), input_names)
+    outputs = ops.operands(data["outputs"], Role.OUTPUT, ("outputs",), input_names)
+    variants = _Variants(doc, errors).variants(data)
     spec = KernelSpec(
         name=data["name"],
         doc=data.get("doc", "").strip(),
@@ -821,25 +842,25 @@ def build(doc: Document) -> KernelSpec:
         dims=(),
         constraints=b.constraints(data.get("constraints")),
         reference=b.code(("reference",)),
-        cases=b.cases(data["cases"]),
+        cases=runs.cases(data["cases"]),
         tolerance=dict(data.get("tolerance") or {}),
         variants=variants,
         loc=doc.loc(()),
-        bench=b.cases(data.get("bench"), "bench"),
-        families=b.families(data.get("families")),
+        bench=runs.cases(data.get("bench"), "bench"),
+        families=runs.families(data.get("families")),
         kernel_sha=tuning.kernel_sha(data),
-        cost=b.cost(data.get("cost_estimate")),
+        cost=call.cost(data.get("cost_estimate")),
         sharding=_sharding.build(doc),
         aliases=dict(data.get("input_output_aliases") or {}),
         aliases_loc=doc.key_loc(("input_output_aliases",)) if "input_output_aliases" in data else None,
-        call=b.call(data.get("pallas_call")),
+        call=call.call(data.get("pallas_call")),
         kind=SpecKind(data.get("kind", SpecKind.PALLAS_CALL)),
         kind_loc=doc.loc(("kind",)) if "kind" in data else None,
         vjp=_vjp.build(doc),
-        competitors=b.competitors(data.get("competitors")),
+        competitors=runs.competitors(data.get("competitors")),
         reference_when_faster=bool((data.get("dispatch") or {}).get("reference_when_faster", False)),
     )
-    if b.errors:
-        raise SpecError(b.errors)
+    if errors:
+        raise SpecError(errors)
     all_params = {p.name for v in variants.values() for p in v.params}
     return dataclasses.replace(spec, dims=_dims(inputs, all_params))
