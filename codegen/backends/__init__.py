@@ -6,7 +6,7 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Literal
 
-from kspec.codegen.spec.model import DimKind, MemorySpace, ScratchKind
+from kspec.codegen.spec.model import DimKind, MemorySpace, MeshRole, ScratchKind
 
 # The backends there are: the keys of BACKENDS, and the names a spec's `backends:` may use.
 BackendName = Literal["interpret", "triton", "mosaic_gpu", "mosaic_tpu"]
@@ -36,6 +36,19 @@ class Backend:
     prefetch: bool = False  # scalar-prefetch inputs (pltpu.PrefetchScalarGridSpec)
     aliases: bool = True  # input_output_aliases
     pipeline_mode: bool = False  # pl.Buffered
+    # Ragged last blocks: Pallas Triton neither masks nor clips them, so its calls pad every blocked
+    # dim to whole blocks and crop the outputs back
+    pads_ragged_blocks: bool = False
+    # Mesh kernels (`kind: mesh`; checks/mesh.py): the mesh axis roles it takes (none: no mesh
+    # kernels), and the memory spaces a mesh kernel's refs may be in
+    mesh_roles: tuple = ()
+    ref_spaces: tuple = ()
+    # Off its own platforms it runs in TPU interpret mode: a simulator, verified but never timed
+    simulated: bool = False
+
+    def simulated_on(self, platform: str) -> bool:
+        """Whether it runs in TPU interpret mode on this jax platform."""
+        return self.simulated and platform not in self.platforms
 
 
 TPU_MEMORY_SPACES = {MemorySpace.ANY: "pl.ANY", MemorySpace.HBM: "pltpu.HBM", MemorySpace.VMEM: "pltpu.VMEM",
@@ -73,6 +86,7 @@ BACKENDS: dict[BackendName, Backend] = {
             block_kinds=(DimKind.BLOCKED, DimKind.SQUEEZED, DimKind.ELEMENT),
             # any: the whole array, which the body indexes itself (e.g. a persistent row loop)
             memory_spaces={MemorySpace.ANY: "pl.ANY"},
+            pads_ragged_blocks=True,
         ),
         Backend(
             "mosaic_gpu",
@@ -86,6 +100,8 @@ BACKENDS: dict[BackendName, Backend] = {
             memory_spaces={MemorySpace.GMEM: "plgpu.GMEM", MemorySpace.SMEM: "plgpu.SMEM"},
             scratch_kinds=(ScratchKind.ARRAY, ScratchKind.BARRIER, ScratchKind.ACCUMULATOR),
             aliases=False,
+            mesh_roles=(MeshRole.GRID, MeshRole.CLUSTER, MeshRole.THREADS),
+            ref_spaces=(MemorySpace.GMEM,),
         ),
         Backend(
             "mosaic_tpu",
@@ -101,6 +117,9 @@ BACKENDS: dict[BackendName, Backend] = {
             scratch_kinds=TPU_SCRATCH_KINDS,
             prefetch=True,
             pipeline_mode=True,
+            mesh_roles=(MeshRole.CORES,),
+            ref_spaces=(MemorySpace.ANY, MemorySpace.HBM),
+            simulated=True,
         ),
     )
 }

@@ -7,6 +7,7 @@ and formats, so it does not import jax.
 from __future__ import annotations
 
 from kspec.codegen import project as pipeline
+from kspec.codegen.backends import BACKENDS
 from kspec.codegen.run.tasks import BenchTask, CeilingsTask, result
 from kspec.codegen.verify import _dtype_reason, _skip_reason, matrix
 
@@ -27,7 +28,7 @@ def plan(compiled: list, *, backends: list, cases: list, seed: int, samples: int
             grad=grad,
         )
         why = _skip_reason(name, platform, False) or _dtype_reason(c.spec.variants[name], assign, None if wanted == "sweep" else case)
-        if name == "mosaic_tpu" and platform != "tpu":
+        if BACKENDS[name].simulated_on(platform):
             why = "TPU interpret mode is a simulator: timing it means nothing"
         if grad and c.spec.vjp is None and not why:
             why = "no `vjp:`: the spec declares no backward pass to time"

@@ -14,13 +14,11 @@ import dataclasses
 import itertools
 
 from kspec.codegen.diagnostics import Diagnostic, did_you_mean
+from kspec.codegen.backends import BACKENDS
 from kspec.codegen.backends.rules import CHECKED_NUM_SMS, NUM_SMS
-from kspec.codegen.spec.model import MemorySpace, MeshRole, PipeRole, Role, SpecKind
+from kspec.codegen.spec.model import MeshRole, PipeRole, Role, SpecKind
 
-MESH_BACKENDS = ("mosaic_gpu", "mosaic_tpu")
-ROLES = {"mosaic_gpu": (MeshRole.GRID, MeshRole.CLUSTER, MeshRole.THREADS), "mosaic_tpu": (MeshRole.CORES,)}
-REF_SPACES = {"mosaic_gpu": (MemorySpace.GMEM,), "mosaic_tpu": (MemorySpace.ANY, MemorySpace.HBM)}
-DEFAULT_REF_SPACE = {"mosaic_gpu": MemorySpace.GMEM, "mosaic_tpu": MemorySpace.ANY}
+MESH_BACKENDS = tuple(name for name, b in BACKENDS.items() if b.mesh_roles)  # those that run mesh kernels
 
 
 @dataclasses.dataclass(frozen=True)
@@ -52,9 +50,10 @@ def structure(spec, v, unknown) -> list:
         out.append(Diagnostic("E430", f"{where}: a mesh kernel has no grid or blocks: its body gets whole refs",
                               v.loc, "declare the mesh under `mesh:` and per-step blocks under `pipelines:`"))
     if v.backend not in MESH_BACKENDS:
-        return out + [Diagnostic("E431", f"{where}: mesh kernels run on mosaic_gpu and mosaic_tpu, not {v.backend}",
-                                 v.loc, "declare the kernel for mosaic_gpu or mosaic_tpu under `backends:`")]
-    roles = ROLES[v.backend]
+        return out + [Diagnostic("E431", f"{where}: mesh kernels run on {' and '.join(MESH_BACKENDS)}, "
+                                 f"not {v.backend}", v.loc,
+                                 f"declare the kernel for {' or '.join(MESH_BACKENDS)} under `backends:`")]
+    roles = BACKENDS[v.backend].mesh_roles
     if not v.mesh:
         return out + [Diagnostic("E431", f"{where}: a mesh kernel needs a `mesh:` for this backend", v.loc,
                                  "e.g. `mesh: {grid: {sm: num_sms}}` (mosaic_gpu) or `mesh: {cores: {core: 2}}` (mosaic_tpu)")]
@@ -80,9 +79,9 @@ def structure(spec, v, unknown) -> list:
         if name not in operands:
             out.append(Diagnostic("E432", f"{where}: refs names `{name}`, which is not an operand", v.loc,
                                   did_you_mean(name, operands)))
-        elif space not in REF_SPACES[v.backend]:
+        elif space not in BACKENDS[v.backend].ref_spaces:
             out.append(Diagnostic("E432", f"{where}: ref {name} in {space}: {v.backend} takes "
-                                  f"{' or '.join(REF_SPACES[v.backend])}", v.loc))
+                                  f"{' or '.join(BACKENDS[v.backend].ref_spaces)}", v.loc))
     for pipe in v.pipelines:
         out += _pipeline_structure(spec, v, pipe, scope, operands, unknown)
     return out

@@ -115,7 +115,7 @@ def whole_blocks(spec: KernelSpec, variant: Variant) -> tuple:
     writes past the array (into whatever lies next in device memory). So on triton every
     blocked dim is padded to whole blocks: ([(input, blocks tuple)], {output: padded shape},
     the outputs' true shapes to crop to, or None when no output is blocked)."""
-    if variant.backend != "triton":
+    if not BACKENDS[variant.backend].pads_ragged_blocks:
         return [], {}, None
     inputs, outputs = [], {}
     for op in spec.operands:

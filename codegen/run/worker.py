@@ -22,6 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
+from kspec.codegen.backends import BACKENDS
 from kspec.codegen.checks import instances
 from kspec.codegen.run import multicore
 from kspec.codegen import project as pipeline
@@ -270,7 +271,7 @@ def _run(task: Task, start: float) -> Result:
     if not isinstance(task, RunTask):
         raise TypeError(f"a worker runs no task of kind {type(task).__name__}")
     call = functools.partial(prep.fn, **prep.params)
-    if task.backend == "mosaic_tpu" and jax.default_backend() != "tpu":
+    if BACKENDS[task.backend].simulated_on(jax.default_backend()):
         try:
             out = _run_schedules(task, prep, call, start)
             if out.passed:  # the other kinds under the first schedule
@@ -382,7 +383,7 @@ def _run_sharded(task: ShardedTask, prep: Prepared, start: float) -> Result:
 
     module = _module(task, "sharded")
     kwargs = dict(prep.params, mesh=module.make_mesh(jax.devices()[: task.devices]), backend=task.backend)
-    if task.backend == "mosaic_tpu" and jax.default_backend() != "tpu":
+    if BACKENDS[task.backend].simulated_on(jax.default_backend()):
         from jax.experimental.pallas import tpu as pltpu
 
         _reset_tpu_interpret()
@@ -443,7 +444,7 @@ def _run_grad(task: GradTask, prep: Prepared, start: float) -> Result:
 
     module = _module(task, "_vjp")
     interpret = None
-    if task.backend == "mosaic_tpu" and jax.default_backend() != "tpu":
+    if BACKENDS[task.backend].simulated_on(jax.default_backend()):
         from jax.experimental.pallas import tpu as pltpu
 
         _reset_tpu_interpret()

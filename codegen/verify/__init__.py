@@ -111,11 +111,9 @@ def _skip_reason(backend: str, platform: str | None, lower: bool) -> str | None:
     info = BACKENDS[backend]
     if lower:
         return None if info.lowering_platform else "nothing to lower: runs in interpret mode"
-    if backend in ("interpret", "mosaic_tpu"):  # mosaic_tpu runs in TPU interpret mode off-TPU
+    if platform in info.platforms or info.simulated:  # runs here, or in TPU interpret mode
         return None
-    if platform not in info.platforms:
-        return f"needs a {'/'.join(info.platforms)} device; this machine's jax platform is {platform}"
-    return None
+    return f"needs a {'/'.join(info.platforms)} device; this machine's jax platform is {platform}"
 
 
 def _dtype_reason(variant, assign: dict, case=None) -> str | None:
