@@ -20,7 +20,7 @@ from kspec import __version__
 from kspec.codegen import project as pipeline
 from kspec.codegen.emit import writer
 from kspec.codegen.diagnostics import CHECK_ONLY, Diagnostic, printable
-from kspec.codegen.run.tasks import DEFAULT_SCHEDULES
+from kspec.codegen.run.tasks import DEFAULT_SCHEDULES, Status
 
 EPILOG = """
 Examples:
@@ -343,8 +343,8 @@ def verify(
             outcomes = _run_with_progress(session, tasks)
         finally:
             session.close()
-        outcomes += [r for r in skipped if r["status"] != "skip"]  # --devices: errors found while planning
-        skipped = [r for r in skipped if r["status"] == "skip"]
+        outcomes += [r for r in skipped if r.status is not Status.SKIP]  # --devices: errors found while planning
+        outcomes, skipped = _rows(outcomes), _rows(r for r in skipped if r.status is Status.SKIP)
         rows = outcomes + skipped
         typer.echo(_table(outcomes, whole=show_traceback))
         for (name, why), n in sorted(Counter((r["backend"], r["message"]) for r in skipped).items()):
@@ -402,7 +402,7 @@ def bench(
         try:
             ceilings, roofline = (), "vendor peak table (kspec.codegen.backends.devices)"
             if measure_ceilings:
-                measured = session.run(bn.ceilings_task())
+                measured = session.run(bn.ceilings_task()).extra
                 ceilings = (measured["bandwidth_gbs"], measured["tflops_bf16"])
                 roofline = f"measured here: copy {ceilings[0]:.0f} GB/s, bf16 matmul {ceilings[1]:.1f} TFLOP/s"
                 typer.echo(f"ceilings: {roofline}")
@@ -416,9 +416,10 @@ def bench(
 
             def partial(rows):  # a run cut short keeps what it measured
                 if json_path and str(json_path) != "-":
-                    _write_report(json_path, json.dumps(dict(meta, partial=True, results=rows), indent=2) + "\n")
+                    _write_report(json_path, json.dumps(dict(meta, partial=True, results=_rows(rows)), indent=2) + "\n")
 
-            rows = _run_with_progress(session, tasks, on_row=partial)
+            rows = _rows(_run_with_progress(session, tasks, on_row=partial))
+            skipped = _rows(skipped)
         finally:
             session.close()
         report = bn.markdown(rows, meta=meta)
@@ -686,7 +687,7 @@ def _stream_with_progress(session, task, started: int, total: int):
                 yield row
         return
     for i, row in enumerate(session.stream(task), started + 1):
-        typer.echo(f"[{i}/{total}] {row['status']:5} {row.get('params')}", err=True)
+        typer.echo(f"[{i}/{total}] {row.status:5} {row.extra.get('params')}", err=True)
         yield row
 
 
@@ -767,10 +768,15 @@ def _run_with_progress(session, tasks: list, on_row=None) -> list:
         return out
     for i, task in enumerate(tasks, 1):
         out.append(session.run(task))
-        typer.echo(f"[{i}/{len(tasks)}] {out[-1]['status']:5} {task.label}", err=True)
+        typer.echo(f"[{i}/{len(tasks)}] {out[-1].status:5} {task.label}", err=True)
         if on_row:
             on_row(out)
     return out
+
+
+def _rows(results) -> list:
+    """The JSON rows of results, as the reports read them."""
+    return [r.to_json() for r in results]
 
 
 def _fmt(value) -> str:

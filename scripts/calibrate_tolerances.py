@@ -98,7 +98,7 @@ class Recorder:
 
 
 def run(tasks: list) -> list:
-    """(task, result row, [per-output verdicts]) for each task, run in this process."""
+    """(task, result, [per-output verdicts]) for each task, run in this process."""
     out = []
     for task in tasks:
         with Recorder() as rec:
@@ -136,15 +136,15 @@ def library(specs: list, seeds: range, backends: list) -> tuple:
     groups: dict = {}
     for task, row, seen in done:
         kernel = task.kernel if backends == ["interpret"] else f"{task.kernel} ({task.backend})"
-        tol = tuple((row["tolerance"] or {}).get(k) for k in ("atol", "rtol", "rel_err"))
+        tol = tuple((row.tolerance or {}).get(k) for k in ("atol", "rtol", "rel_err"))
         g = groups.setdefault((kernel, key_dtype(task), tol), {"tasks": set(), "runs": 0, "passed": 0, "worst": (0, ""),
                                                                   "norm": (0, ""), "failures": []})
         label = f"{task.case} {task.mode}"
         g["tasks"].add(label)
         g["runs"] += 1
-        g["passed"] += row["status"] == "pass"
-        if row["status"] != "pass":
-            g["failures"].append(f"{task.label} seed {task.seed}: {row['status']}: {row['message']}")
+        g["passed"] += row.passed
+        if not row.passed:
+            g["failures"].append(f"{task.label} seed {task.seed}: {row.status}: {row.message}")
         worst, norm = ratios(seen)
         g["worst"] = max(g["worst"], (worst, label))
         g["norm"] = max(g["norm"], (norm, label))
@@ -206,7 +206,7 @@ def mutants(seeds: range, chosen: list, backends: list) -> tuple:
                         continue
                     failed, worst, norm = per_seed.get(task.seed, (False, 0.0, 0.0))
                     w, n = ratios(seen)
-                    per_seed[task.seed] = (failed or row["status"] != "pass", max(worst, w), max(norm, n))
+                    per_seed[task.seed] = (failed or not row.passed, max(worst, w), max(norm, n))
                 failed = sum(f for f, _, _ in per_seed.values())
                 expect = mutant.expect.get(dtype, "fail")
                 if (expect == "fail" and failed < len(per_seed)) or (expect == "pass" and failed):

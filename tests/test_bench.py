@@ -10,7 +10,7 @@ import statistics
 from pathlib import Path
 
 import pytest
-from test_verify import ROOT, kspec, project
+from test_verify import ROOT, ROW_FIELDS, kspec, project
 
 
 def test_bench_row_times_kernel_reference_and_copy_in_one_run(tmp_path):
@@ -28,6 +28,12 @@ def test_bench_row_times_kernel_reference_and_copy_in_one_run(tmp_path):
     assert rc == 0, out + err
     (row,) = json.loads(report.read_text())["results"]
     assert row["status"] == "pass" and row["case"] == "small" and row["samples"] == 3
+    # Every result row's fields, then the figures docs/bench.md documents, in the order the reports write them
+    assert tuple(row) == (*ROW_FIELDS, "ms", "ms_p10", "ms_p90", "ref_ms", "ref_ms_p10", "ref_ms_p90", "speedup",
+                          "speedup_ci95", "speedup_of_medians", "compile_s", "ref_compile_s", "samples",
+                          "input_copies", "flops", "transcendentals", "bytes", "tflops", "ref_tflops", "gbs", "ref_gbs",
+                          "grad", "device", "roofline_pct", "ref_roofline_pct", "bound", "copy_ms", "copy_gbs",
+                          "copy_pct", "ref_copy_pct", "params", "competitors", "samples_ms")
     assert row["bytes"] == 3 * 64 * 256 * 4
     # Every sample is in the report; the figures are medians of them, the ratios taken round by round.
     raw = row["samples_ms"]

@@ -146,16 +146,16 @@ def test_configs_that_change_the_references_params_are_checked_against_their_own
     takes bm too: each config is compared with the reference at its own bm (on the H200 the
     configs other than the default's bm were rejected with a shape mismatch)."""
     from kspec.codegen.run import worker
-    from kspec.codegen.run.tasks import Task
+    from kspec.codegen.run.tasks import TuneTask
 
     spec_path = ROOT / "specs" / "layer_norm_bwd.yaml"
     spec = pipeline.compile_spec(spec_path).spec
     assign = next(a for a in instances.dtype_assignments(spec, spec.cases[0]) if a["x"] == "float32")
-    task = Task(spec_path=str(spec_path), kernel=spec.name, backend="interpret", case="square", case_index=0,
-                dtypes=tuple(assign.items()), dtype_label="float32", seed=7, mode="tune",
-                out_root=str(ROOT / "generated"), samples=3, configs=((("bm", 4),), (("bm", 16),), (("bm", 8),)))
+    task = TuneTask(spec_path=str(spec_path), kernel=spec.name, backend="interpret", case="square", case_index=0,
+                    dtypes=tuple(assign.items()), dtype_label="float32", seed=7,
+                    out_root=str(ROOT / "generated"), samples=3, configs=((("bm", 4),), (("bm", 16),), (("bm", 8),)))
     rows = list(worker.tune_task(task))
-    assert [(r["params"], r["status"]) for r in rows] == [({"bm": 4}, "pass"), ({"bm": 16}, "pass"), ({"bm": 8}, "pass")]
+    assert [(r.extra["params"], r.status) for r in rows] == [({"bm": 4}, "pass"), ({"bm": 16}, "pass"), ({"bm": 8}, "pass")]
 
 
 def test_sustained_tuning_times_each_config_against_the_reference(tmp_path):

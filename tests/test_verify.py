@@ -29,6 +29,10 @@ def project(tmp_path: Path, *specs: Path) -> Path:
     return tmp_path
 
 
+ROW_FIELDS = ("kernel", "backend", "case", "dtype", "mode", "seed", "status", "max_abs_err", "max_rel_err", "rel_err",
+              "frac_within_tol", "tolerance", "seconds", "message")  # every result row's, in order (docs/verify.md)
+
+
 def results(path: Path) -> list:
     return json.loads(path.read_text())["results"]
 
@@ -65,8 +69,9 @@ def test_json_report_is_complete_and_seed_reproduces(tmp_path):
         assert f"seed: {seed}" in out
     doc = json.loads(a.read_text())
     assert {"kspec_version", "jax_version", "device", "seed", "results"} <= set(doc)
-    keys = {"kernel", "backend", "case", "dtype", "status", "max_abs_err", "rel_err", "tolerance", "seconds", "message"}
-    assert all(keys <= set(r) for r in doc["results"])
+    # The fields docs/verify.md documents, in the order the reports write them; a run row adds its input kinds
+    assert {(r["mode"], tuple(r)) for r in doc["results"]} == {("run", (*ROW_FIELDS, "inputs")), ("grad", ROW_FIELDS)}
+    assert {r["status"] for r in doc["results"]} == {"pass"}
     errs = lambda p: [(r["case"], r["dtype"], r["max_abs_err"], r["rel_err"]) for r in results(p)]  # noqa: E731
     assert errs(a) == errs(b)
     assert errs(a) != errs(c)  # fresh data for another seed

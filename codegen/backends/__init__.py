@@ -3,11 +3,17 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
+from typing import Literal
 
+from kspec.codegen.spec.model import DimKind, MemorySpace, MeshRole, ScratchKind
+
+# The backends there are: the keys of BACKENDS, and the names a spec's `backends:` may use.
+BackendName = Literal["interpret", "triton", "mosaic_gpu", "mosaic_tpu"]
 
 @dataclasses.dataclass(frozen=True)
 class Backend:
-    name: str
+    name: BackendName
     doc: str
     # jax.default_backend() values this backend can run on
     platforms: tuple
@@ -22,20 +28,35 @@ class Backend:
     # the template in templates/ that renders its module (kernel.py.j2: a pallas_call)
     template: str = "kernel.py.j2"
     # What of the pallas_call surface it takes (checks read these; E410, E412 to E414):
-    memory_spaces: tuple = ()  # block memory_space values
-    block_kinds: tuple = ("blocked", "squeezed")  # block_shape entry kinds
+    # block memory_space values it takes, each with how its module spells it
+    memory_spaces: Mapping[MemorySpace, str] = dataclasses.field(default_factory=dict)
+    block_kinds: tuple = (DimKind.BLOCKED, DimKind.SQUEEZED)  # block_shape entry kinds
     element_padding: bool = False  # element dims may have padding, pl.Element(n, (low, high))
-    scratch_kinds: tuple = ("array",)
+    scratch_kinds: tuple = (ScratchKind.ARRAY,)
     prefetch: bool = False  # scalar-prefetch inputs (pltpu.PrefetchScalarGridSpec)
     aliases: bool = True  # input_output_aliases
     pipeline_mode: bool = False  # pl.Buffered
+    # Ragged last blocks: Pallas Triton neither masks nor clips them, so its calls pad every blocked
+    # dim to whole blocks and crop the outputs back
+    pads_ragged_blocks: bool = False
+    # Mesh kernels (`kind: mesh`; checks/mesh.py): the mesh axis roles it takes (none: no mesh
+    # kernels), and the memory spaces a mesh kernel's refs may be in
+    mesh_roles: tuple = ()
+    ref_spaces: tuple = ()
+    # Off its own platforms it runs in TPU interpret mode: a simulator, verified but never timed
+    simulated: bool = False
+
+    def simulated_on(self, platform: str) -> bool:
+        """Whether it runs in TPU interpret mode on this jax platform."""
+        return self.simulated and platform not in self.platforms
 
 
-TPU_MEMORY_SPACES = ("any", "hbm", "vmem", "smem")
-TPU_SCRATCH_KINDS = ("array", "dma_semaphore", "semaphore")
-ALL_BLOCK_KINDS = ("blocked", "squeezed", "element", "bounded_slice")
+TPU_MEMORY_SPACES = {MemorySpace.ANY: "pl.ANY", MemorySpace.HBM: "pltpu.HBM", MemorySpace.VMEM: "pltpu.VMEM",
+                     MemorySpace.SMEM: "pltpu.SMEM"}
+TPU_SCRATCH_KINDS = (ScratchKind.ARRAY, ScratchKind.DMA_SEMAPHORE, ScratchKind.SEMAPHORE)
+ALL_BLOCK_KINDS = (DimKind.BLOCKED, DimKind.SQUEEZED, DimKind.ELEMENT, DimKind.BOUNDED)
 
-BACKENDS: dict = {
+BACKENDS: dict[BackendName, Backend] = {
     b.name: b
     for b in (
         Backend(
@@ -62,9 +83,10 @@ BACKENDS: dict = {
             compiler_params_class="pltriton.CompilerParams",
             imports=("from jax.experimental.pallas import triton as pltriton",),
             # element dims, but unpadded: its lowering refuses pl.Element padding (jax 0.10.2)
-            block_kinds=("blocked", "squeezed", "element"),
+            block_kinds=(DimKind.BLOCKED, DimKind.SQUEEZED, DimKind.ELEMENT),
             # any: the whole array, which the body indexes itself (e.g. a persistent row loop)
-            memory_spaces=("any",),
+            memory_spaces={MemorySpace.ANY: "pl.ANY"},
+            pads_ragged_blocks=True,
         ),
         Backend(
             "mosaic_gpu",
@@ -75,9 +97,11 @@ BACKENDS: dict = {
             imports=("from jax.experimental.pallas import mosaic_gpu as plgpu",),
             # plgpu.kernel + plgpu.emit_pipeline: pallas_call no longer lowers for Mosaic GPU in jax 0.11
             template="mosaic_gpu.py.j2",
-            memory_spaces=("gmem", "smem"),
-            scratch_kinds=("array", "barrier", "accumulator"),
+            memory_spaces={MemorySpace.GMEM: "plgpu.GMEM", MemorySpace.SMEM: "plgpu.SMEM"},
+            scratch_kinds=(ScratchKind.ARRAY, ScratchKind.BARRIER, ScratchKind.ACCUMULATOR),
             aliases=False,
+            mesh_roles=(MeshRole.GRID, MeshRole.CLUSTER, MeshRole.THREADS),
+            ref_spaces=(MemorySpace.GMEM,),
         ),
         Backend(
             "mosaic_tpu",
@@ -93,6 +117,9 @@ BACKENDS: dict = {
             scratch_kinds=TPU_SCRATCH_KINDS,
             prefetch=True,
             pipeline_mode=True,
+            mesh_roles=(MeshRole.CORES,),
+            ref_spaces=(MemorySpace.ANY, MemorySpace.HBM),
+            simulated=True,
         ),
     )
 }

@@ -24,7 +24,7 @@ import dataclasses
 
 from kspec.codegen.backends import rules
 from kspec.codegen.spec import dtypes as dt
-from kspec.codegen.spec.model import KernelSpec, Variant
+from kspec.codegen.spec.model import KernelSpec, MemorySpace, Role, ScratchKind, SpecKind, Variant
 
 
 @dataclasses.dataclass(frozen=True)
@@ -111,7 +111,7 @@ def _itemsize_src(name: str) -> str:
 
 def _mosaic_gpu(spec: KernelSpec, variant: Variant) -> list:
     out = []
-    if spec.kind != "mesh":
+    if spec.kind != SpecKind.MESH:
         for op in spec.operands:
             block = variant.blocks.get(op.name)
             exprs = _block_exprs(spec, variant, op)
@@ -151,18 +151,19 @@ def _mosaic_gpu(spec: KernelSpec, variant: Variant) -> list:
 def _scratch_src(variant: Variant) -> str:
     parts = [
         f"math.prod({_tuple_src(s.shape)}) * {_itemsize_src(s.name)}"
-        for s in variant.scratch if s.kind == "array" and s.memory_space in ("smem", "vmem")
+        for s in variant.scratch
+        if s.kind == ScratchKind.ARRAY and s.memory_space in (MemorySpace.SMEM, MemorySpace.VMEM)
     ]
     return " + ".join(parts) or "0"
 
 
 def _mosaic_tpu(spec: KernelSpec, variant: Variant) -> list:
     out = []
-    if spec.kind == "mesh":
+    if spec.kind == SpecKind.MESH:
         return out
     for op in spec.operands:
         block = variant.blocks.get(op.name)
-        if block is None or block.block_shape is None or block.memory_space in ("any", "hbm", "smem") or op.prefetch:
+        if block is None or block.block_shape is None or block.memory_space in rules.OUTSIDE_VMEM or op.prefetch:
             continue
         n = len(op.shape)
         if n == 1:
@@ -186,7 +187,7 @@ def _mosaic_tpu(spec: KernelSpec, variant: Variant) -> list:
 
 def _dtype_src(spec: KernelSpec, op) -> str:
     """Python source of the operand's dtype in a call: an input's own, or a fixed dtype's name."""
-    if op.role == "input" and op.follows is None:
+    if op.role == Role.INPUT and op.follows is None:
         return f"{op.name}.dtype"
     if op.follows is not None:
         return _dtype_src(spec, spec.operand(op.follows))
@@ -224,7 +225,7 @@ def itemsizes(spec: KernelSpec, variant: Variant) -> list:
     by_name = {o.name: o for o in spec.operands}
 
     def of(o) -> str:
-        if o.role == "input" and o.follows is None:
+        if o.role == Role.INPUT and o.follows is None:
             return f"jnp.dtype({o.name}.dtype).itemsize"
         if o.follows is not None:
             return of(by_name[o.follows])
@@ -233,6 +234,6 @@ def itemsizes(spec: KernelSpec, variant: Variant) -> list:
     for o in spec.operands:
         out.append((o.name, of(o)))
     for s in variant.scratch:
-        if s.kind == "array" and s.dtype is not None:
+        if s.kind == ScratchKind.ARRAY and s.dtype is not None:
             out.append((s.name, of(by_name[s.dtype]) if s.dtype in by_name else repr(dt.itemsize(s.dtype))))
     return out

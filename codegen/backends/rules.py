@@ -17,7 +17,10 @@ import math
 
 from kspec.codegen.spec import dtypes as dt
 from kspec.codegen.diagnostics import Diagnostic
+from kspec.codegen.spec.model import DimKind, MemorySpace, MeshRole, ScratchKind, SpecKind
 
+# Mosaic TPU blocks in these memory spaces are not pipelined through VMEM: no tiling rule, no VMEM copies
+OUTSIDE_VMEM = (MemorySpace.ANY, MemorySpace.HBM, MemorySpace.SMEM)
 TPU_DEFAULT_VMEM_LIMIT = 16 * 1024 * 1024  # Mosaic's default scoped VMEM limit (v4/v5e)
 TPU_BUFFERS = 2  # BlockSpec inputs and outputs are double-buffered unless pipeline_mode says otherwise
 TPU_LOWERED_BUFFERS = (1, 2)  # what Mosaic TPU's pallas_call pipeline lowers (jax 0.10.2)
@@ -33,7 +36,7 @@ MAX_CLUSTER = 8  # CTAs per cluster that every Hopper launch accepts (portable s
 
 
 def check(inst) -> list:
-    if inst.spec.kind == "mesh":
+    if inst.spec.kind == SpecKind.MESH:
         return _mesh(inst)
     rules = {"mosaic_tpu": _mosaic_tpu, "triton": _triton, "mosaic_gpu": _mosaic_gpu}
     rule = rules.get(inst.variant.backend)
@@ -112,7 +115,7 @@ def _mosaic_tpu(inst) -> list:
     out += _semantics_length(inst, "allow_input_fusion", len(inst.spec.inputs), "input", "inputs")
     for op in inst.spec.operands:
         spec = inst.variant.blocks.get(op.name)
-        if spec is None or spec.block_shape is None or spec.memory_space in ("any", "hbm", "smem"):
+        if spec is None or spec.block_shape is None or spec.memory_space in OUTSIDE_VMEM:
             continue  # a whole array, or one outside VMEM, always satisfies the tiling rule
         out += tpu_tiling(where(inst), op.name, inst.shapes[op.name], inst.block_shapes[op.name], inst.dtypes[op.name],
                           _loc(inst, op.name))
@@ -172,7 +175,7 @@ def _tpu_block_specs(inst) -> list:
     for name, block in inst.variant.blocks.items():
         if block.block_shape is not None:
             kinds = {block.kind(d) for d in range(len(block.block_shape))}
-            if "element" in kinds and kinds != {"element"}:
+            if DimKind.ELEMENT in kinds and kinds != {DimKind.ELEMENT}:
                 out.append(
                     Diagnostic(
                         "E705",
@@ -221,7 +224,7 @@ def _tpu_parallel_revisits(inst) -> list:
 
 def _revisit(inst, block, axis: int):
     """Two grid points differing only along `axis` that map to the same output block."""
-    if block is not None and block.index_map is None and block.memory_space in ("any", "hbm"):
+    if block is not None and block.index_map is None and block.memory_space in (MemorySpace.ANY, MemorySpace.HBM):
         return None  # the body writes it with its own copies
     if block is None or block.index_map is None:
         a = [0] * len(inst.grid)
@@ -253,7 +256,7 @@ def _block_bytes(inst, name: str) -> int:
 def scratch_bytes(inst, spaces: tuple) -> int:
     total = 0
     for s in inst.variant.scratch:
-        if s.kind == "array" and s.memory_space in spaces:
+        if s.kind == ScratchKind.ARRAY and s.memory_space in spaces:
             total += math.prod(inst.scratch_shapes[s.name]) * dt.itemsize(inst.dtypes.get(s.dtype, s.dtype))
     return total
 
@@ -269,7 +272,7 @@ def _bytes(n: int) -> str:
 def tpu_buffers(inst, op) -> int:
     """How many VMEM copies of the operand's block the pipeline keeps (0: not in VMEM)."""
     block = inst.variant.blocks.get(op.name)
-    if op.prefetch or (block is not None and block.memory_space in ("any", "hbm", "smem")):
+    if op.prefetch or (block is not None and block.memory_space in OUTSIDE_VMEM):
         return 0
     if block is not None and block.block_shape is None:
         return 1  # a whole array in VMEM is copied in once
@@ -280,7 +283,7 @@ def _tpu_vmem(inst) -> list:
     limit = compiler_param(inst, "vmem_limit_bytes") or TPU_DEFAULT_VMEM_LIMIT
     counts = {o.name: tpu_buffers(inst, o) for o in inst.spec.operands}
     blocks = sum(_block_bytes(inst, name) * n for name, n in counts.items())
-    total = blocks + scratch_bytes(inst, ("vmem",))
+    total = blocks + scratch_bytes(inst, (MemorySpace.VMEM,))
     if total <= limit:
         return []
     used = {n for n in counts.values() if n}
@@ -401,7 +404,8 @@ def _mosaic_gpu(inst) -> list:
     depth = compiler_param(inst, "max_concurrent_steps", 1)
     blocked = [o.name for o in inst.spec.operands]
     blocks = sum(_block_bytes(inst, n) for n in blocked) * max(depth, 1)
-    total = blocks + scratch_bytes(inst, ("smem", "vmem")) + params.get("reduction_scratch_bytes", 2048)
+    total = (blocks + scratch_bytes(inst, (MemorySpace.SMEM, MemorySpace.VMEM))
+             + params.get("reduction_scratch_bytes", 2048))
     if total > HOPPER_SMEM_LIMIT:
         out.append(
             Diagnostic(
@@ -466,7 +470,7 @@ def _pipe_bytes(inst, pipe) -> int:
 def _mesh_gpu(inst) -> list:
     out = []
     v, at = inst.variant, where(inst)
-    threads = v.mesh_axes("threads")
+    threads = v.mesh_axes(MeshRole.THREADS)
     wgs = inst.mesh[threads[0].name] if threads else 1
     if wgs * WARPGROUP > MAX_CTA_THREADS or wgs < 1:
         out.append(Diagnostic("E723", f"{at}: {wgs} warpgroups per CTA are {wgs * WARPGROUP} CUDA threads; "
@@ -477,8 +481,8 @@ def _mesh_gpu(inst) -> list:
             out.append(Diagnostic("E723", f"{at}: pipeline {pipe.name} computes on {pipe.compute_wgs} warpgroups and copies "
                                   f"on one more, but the mesh has {wgs}", threads[0].loc,
                                   f"set threads to {pipe.compute_wgs + 1}"))
-    grid = v.mesh_axes("grid")
-    cluster = v.mesh_axes("cluster")
+    grid = v.mesh_axes(MeshRole.GRID)
+    cluster = v.mesh_axes(MeshRole.CLUSTER)
     ctas = 1
     for g, c in zip(grid, cluster):
         n, k = inst.mesh[g.name], inst.mesh[c.name]
@@ -497,7 +501,7 @@ def _mesh_gpu(inst) -> list:
             out += tma_box_limit(at, f"pipeline {pipe.name} block of {pb.operand}",
                                         inst.pipes[pipe.name].blocks[pb.operand], pb.block.tiling, pb.block.loc,
                                         "use smaller blocks and cover the rest with the pipeline grid")
-    total = pipes + scratch_bytes(inst, ("smem", "vmem"))
+    total = pipes + scratch_bytes(inst, (MemorySpace.SMEM, MemorySpace.VMEM))
     if total > HOPPER_SMEM_LIMIT:
         out.append(Diagnostic("E721", f"{at}: shared memory estimate {total // 1024} KiB (pipeline blocks x buffers "
                               f"{pipes // 1024} KiB + scratch) exceeds {HOPPER_SMEM_LIMIT // 1024} KiB per block on Hopper",
@@ -516,7 +520,7 @@ def _mesh_tpu(inst) -> list:
             out += tpu_tiling(at, f"pipeline {pipe.name} block of {pb.operand}", pi.views[pb.operand],
                                      pi.blocks[pb.operand], inst.dtypes[pb.operand], pb.block.shape_loc)
     limit = compiler_param(inst, "vmem_limit_bytes") or TPU_DEFAULT_VMEM_LIMIT
-    total = blocks + scratch_bytes(inst, ("vmem",))
+    total = blocks + scratch_bytes(inst, (MemorySpace.VMEM,))
     if total > limit:
         out.append(Diagnostic("E703", f"{at}: VMEM estimate {total / 2**20:.1f} MiB (pipeline blocks x 2 buffers "
                               f"{blocks / 2**20:.1f} MiB + scratch) exceeds the limit of {limit / 2**20:.1f} MiB",

@@ -7,7 +7,8 @@ and formats, so it does not import jax.
 from __future__ import annotations
 
 from kspec.codegen import project as pipeline
-from kspec.codegen.run.tasks import Task, result
+from kspec.codegen.backends import BACKENDS
+from kspec.codegen.run.tasks import BenchTask, CeilingsTask, result
 from kspec.codegen.verify import _dtype_reason, _skip_reason, matrix
 
 
@@ -20,14 +21,14 @@ def plan(compiled: list, *, backends: list, cases: list, seed: int, samples: int
     wanted = suite
     for c, name, i, case, assign, label in matrix(compiled, backends=backends, cases=cases, suite=wanted):
         suite = "sweep" if wanted == "sweep" else "bench" if c.spec.bench else "cases"
-        task = Task(
+        task = BenchTask(
             spec_path=str(c.path), kernel=c.spec.name, backend=name, case=case.name, case_index=i,
-            dtypes=tuple(assign.items()), dtype_label=label, seed=seed, mode="bench",
+            dtypes=tuple(assign.items()), dtype_label=label, seed=seed,
             out_root=str(pipeline.out_root_for(c.path)), suite=suite, samples=samples, ceilings=ceilings,
             grad=grad,
         )
         why = _skip_reason(name, platform, False) or _dtype_reason(c.spec.variants[name], assign, None if wanted == "sweep" else case)
-        if name == "mosaic_tpu" and platform != "tpu":
+        if BACKENDS[name].simulated_on(platform):
             why = "TPU interpret mode is a simulator: timing it means nothing"
         if grad and c.spec.vjp is None and not why:
             why = "no `vjp:`: the spec declares no backward pass to time"
@@ -38,10 +39,9 @@ def plan(compiled: list, *, backends: list, cases: list, seed: int, samples: int
     return tasks, skipped
 
 
-def ceilings_task() -> Task:
+def ceilings_task() -> CeilingsTask:
     """The task that measures copy bandwidth and bf16 matmul throughput (`--measure-ceilings`)."""
-    return Task(spec_path="", kernel="ceilings", backend="", case="", case_index=0, dtypes=(), dtype_label="",
-                seed=0, mode="ceilings", out_root="")
+    return CeilingsTask()
 
 
 def _f(value, fmt: str = ".3f") -> str:

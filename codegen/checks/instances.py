@@ -11,7 +11,7 @@ import itertools
 from kspec.codegen.checks import mesh as _mesh
 from kspec.codegen.diagnostics import Diagnostic
 from kspec.codegen.spec.expr import Expr, ExprError, NotEvaluable, Slice
-from kspec.codegen.spec.model import BLOCKED, BOUNDED, ELEMENT, SQUEEZED, Case, KernelSpec, Variant
+from kspec.codegen.spec.model import BLOCKED, BOUNDED, ELEMENT, SQUEEZED, Case, KernelSpec, Role, SpecKind, Variant
 
 MAX_GRID_POINTS = 1 << 14  # a full grid walk per case x backend at most this long
 MAX_SPEC_GRID_POINTS = 1 << 15  # index map evaluations by full walks, shared by all of a spec's cases
@@ -73,7 +73,7 @@ class DtypeAssignments:
         for op in self.spec.operands:
             if op.follows is not None:
                 assign[op.name] = assign[op.follows]
-            elif op.role == "output":
+            elif op.role == Role.OUTPUT:
                 assign[op.name] = op.dtypes[0]
         return assign
 
@@ -205,7 +205,7 @@ def instantiate(spec: KernelSpec, v: Variant, case: Case, dtypes: dict, budget: 
                 out.append(Diagnostic("E506", f"case `{case.name}`: {op.name} block dim is {n}", e.loc))
     scratch = {s.name: tuple(size(e, f"scratch {s.name}") for e in s.shape) for s in v.scratch}
     mesh, pipes = {}, {}
-    if spec.kind == "mesh":
+    if spec.kind == SpecKind.MESH:
         mesh, pipes = _mesh.instantiate(spec, v, case, env, size)
         for name, n in mesh.items():
             axis = next(a for a in v.mesh if a.name == name)
@@ -218,7 +218,7 @@ def instantiate(spec: KernelSpec, v: Variant, case: Case, dtypes: dict, budget: 
     if out:
         return None, out
     inst = Instance(spec, v, case, env, shapes, dtypes, grid, blocks, scratch, mesh, pipes)
-    if spec.kind == "mesh":
+    if spec.kind == SpecKind.MESH:
         return inst, _mesh.bounds_and_coverage(inst, lambda g: grid_points(g, budget), walk_block)
     return inst, _bounds_and_coverage(inst, budget)
 
@@ -313,7 +313,7 @@ def _bounds_and_coverage(inst: Instance, budget: list | None = None) -> list:
         out += found
         reported = bool(found)
         exhaustive = exhaustive and walked
-        if op.role == "output" and exhaustive and not reported:
+        if op.role == Role.OUTPUT and exhaustive and not reported:
             out += _coverage(inst, op, block, visited)
     return out
 

@@ -14,12 +14,11 @@ import dataclasses
 import itertools
 
 from kspec.codegen.diagnostics import Diagnostic, did_you_mean
+from kspec.codegen.backends import BACKENDS
 from kspec.codegen.backends.rules import CHECKED_NUM_SMS, NUM_SMS
+from kspec.codegen.spec.model import MeshRole, PipeRole, Role, SpecKind
 
-MESH_BACKENDS = ("mosaic_gpu", "mosaic_tpu")
-ROLES = {"mosaic_gpu": ("grid", "cluster", "threads"), "mosaic_tpu": ("cores",)}
-REF_SPACES = {"mosaic_gpu": ("gmem",), "mosaic_tpu": ("any", "hbm")}
-DEFAULT_REF_SPACE = {"mosaic_gpu": "gmem", "mosaic_tpu": "any"}
+MESH_BACKENDS = tuple(name for name, b in BACKENDS.items() if b.mesh_roles)  # those that run mesh kernels
 
 
 @dataclasses.dataclass(frozen=True)
@@ -40,7 +39,7 @@ def structure(spec, v, unknown) -> list:
     """Case-independent checks of one variant (E430 to E432, E402 to E404, E301).
 
     `unknown(expr, scope, what)` is checks._unknown (unknown names in an expression)."""
-    if spec.kind != "mesh":
+    if spec.kind != SpecKind.MESH:
         if v.mesh or v.pipelines or v.refs:
             return [Diagnostic("E430", f"{v.backend}: `mesh`, `pipelines` and `refs` belong to mesh kernels",
                                v.mesh_loc or v.loc, "add `kind: mesh` at the top of the spec, or remove them")]
@@ -51,9 +50,10 @@ def structure(spec, v, unknown) -> list:
         out.append(Diagnostic("E430", f"{where}: a mesh kernel has no grid or blocks: its body gets whole refs",
                               v.loc, "declare the mesh under `mesh:` and per-step blocks under `pipelines:`"))
     if v.backend not in MESH_BACKENDS:
-        return out + [Diagnostic("E431", f"{where}: mesh kernels run on mosaic_gpu and mosaic_tpu, not {v.backend}",
-                                 v.loc, "declare the kernel for mosaic_gpu or mosaic_tpu under `backends:`")]
-    roles = ROLES[v.backend]
+        return out + [Diagnostic("E431", f"{where}: mesh kernels run on {' and '.join(MESH_BACKENDS)}, "
+                                 f"not {v.backend}", v.loc,
+                                 f"declare the kernel for {' or '.join(MESH_BACKENDS)} under `backends:`")]
+    roles = BACKENDS[v.backend].mesh_roles
     if not v.mesh:
         return out + [Diagnostic("E431", f"{where}: a mesh kernel needs a `mesh:` for this backend", v.loc,
                                  "e.g. `mesh: {grid: {sm: num_sms}}` (mosaic_gpu) or `mesh: {cores: {core: 2}}` (mosaic_tpu)")]
@@ -62,7 +62,7 @@ def structure(spec, v, unknown) -> list:
             out.append(Diagnostic("E431", f"{where}: mesh `{axis.role}` is not a {v.backend} mesh axis",
                                   axis.loc, f"{v.backend} meshes take {', '.join(roles)}"))
     if v.backend == "mosaic_gpu":
-        grid, cluster = v.mesh_axes("grid"), v.mesh_axes("cluster")
+        grid, cluster = v.mesh_axes(MeshRole.GRID), v.mesh_axes(MeshRole.CLUSTER)
         if not grid:
             out.append(Diagnostic("E431", f"{where}: the mesh needs a `grid`", v.mesh_loc or v.loc,
                                   "e.g. `grid: {sm: num_sms}` for a persistent kernel"))
@@ -72,16 +72,16 @@ def structure(spec, v, unknown) -> list:
     params = {p.name for p in v.params}
     scope = params | set(spec.dims)
     for axis in v.mesh:
-        extra = {NUM_SMS} if axis.role == "grid" else set()
+        extra = {NUM_SMS} if axis.role == MeshRole.GRID else set()
         out += unknown(axis.size, scope | extra, f"mesh {axis.role} {axis.name}")
     operands = {o.name: o for o in spec.operands}
     for name, space in v.refs.items():
         if name not in operands:
             out.append(Diagnostic("E432", f"{where}: refs names `{name}`, which is not an operand", v.loc,
                                   did_you_mean(name, operands)))
-        elif space not in REF_SPACES[v.backend]:
+        elif space not in BACKENDS[v.backend].ref_spaces:
             out.append(Diagnostic("E432", f"{where}: ref {name} in {space}: {v.backend} takes "
-                                  f"{' or '.join(REF_SPACES[v.backend])}", v.loc))
+                                  f"{' or '.join(BACKENDS[v.backend].ref_spaces)}", v.loc))
     for pipe in v.pipelines:
         out += _pipeline_structure(spec, v, pipe, scope, operands, unknown)
     return out
@@ -105,14 +105,14 @@ def _pipeline_structure(spec, v, pipe, scope, operands, unknown) -> list:
         for what in gpu_only:
             out.append(Diagnostic("E432", f"{where}: {what} is Mosaic GPU only", pipe.loc,
                                   "Mosaic TPU pipelines double-buffer every block"))
-    if pipe.compute_wgs and not v.mesh_axes("threads"):
+    if pipe.compute_wgs and not v.mesh_axes(MeshRole.THREADS):
         out.append(Diagnostic("E432", f"{where}: a warp-specialized pipeline needs `threads` in the mesh", pipe.loc,
                               f"add `threads: {{wg: {pipe.compute_wgs + 1}}}` (the compute warpgroups and one that copies)"))
-    clusters = {a.name for a in v.mesh_axes("cluster")}
+    clusters = {a.name for a in v.mesh_axes(MeshRole.CLUSTER)}
     for pb in pipe.blocks:
         for axis in pb.block.collective_axes:
             problem = (
-                "only inputs are multicast" if pb.role == "out"
+                "only inputs are multicast" if pb.role == PipeRole.OUT
                 else "only a warp-specialized pipeline multicasts" if not pipe.compute_wgs
                 else f"`{axis}` is not a cluster axis of the mesh" if axis not in clusters
                 else None
@@ -127,7 +127,7 @@ def _pipeline_structure(spec, v, pipe, scope, operands, unknown) -> list:
             out.append(Diagnostic("E432", f"{where}: block for unknown operand `{pb.operand}`", pb.block.loc,
                                   did_you_mean(pb.operand, operands)))
             continue
-        want = "input" if pb.role == "in" else "output"
+        want = Role.INPUT if pb.role == PipeRole.IN else Role.OUTPUT
         if op.role != want:
             out.append(Diagnostic("E432", f"{where}: {pb.operand} is an {op.role}, listed under `{pb.role}`", pb.block.loc,
                                   "list inputs under `in` and outputs under `out`"))
@@ -199,7 +199,7 @@ def bounds_and_coverage(inst, grid_points, walk) -> list:
                                           [({}, "")], "step", f"the view of {pb.operand}")
             out += found
             reported, exhaustive = bool(found), exhaustive and walked
-            if pb.role == "out" and exhaustive and not reported:
+            if pb.role == PipeRole.OUT and exhaustive and not reported:
                 counts = [-(-n // b) for n, b in zip(view, bshape)]
                 missing = next((t for t in itertools.product(*(range(c) for c in counts)) if t not in visited), None)
                 if missing is not None:

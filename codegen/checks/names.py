@@ -17,7 +17,7 @@ from importlib import resources
 
 from kspec.codegen.backends import BACKENDS
 from kspec.codegen.diagnostics import Diagnostic, did_you_mean
-from kspec.codegen.spec.model import Code, KernelSpec, Variant
+from kspec.codegen.spec.model import Code, KernelSpec, SpecKind, Variant
 
 _IMPORT = re.compile(r"^(?:import ([\w.]+)(?: as (\w+))?|from [\w.]+ import ([\w, ]+))$", re.M)
 
@@ -68,7 +68,7 @@ def _kernel_scope(spec: KernelSpec, v: Variant) -> set:
     scope |= {p.name for p in v.params} | set(spec.dims) | {a.name for a in v.grid if a.name}
     scope |= {a.name for a in v.mesh} | {p.name for p in v.pipelines}
     scope |= template_imports("kernel.py.j2") | _bound_by_imports(backend.imports)
-    if spec.kind == "mesh":
+    if spec.kind == SpecKind.MESH:
         scope |= template_imports("mesh.py.j2")
     return scope
 

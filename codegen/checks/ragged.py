@@ -19,7 +19,7 @@ from collections.abc import Callable
 from kspec.codegen.checks.instances import dtype_assignments, unmet
 from kspec.codegen.diagnostics import Diagnostic
 from kspec.codegen.spec.expr import Expr, ExprError, NotEvaluable
-from kspec.codegen.spec.model import Case, KernelSpec, Variant
+from kspec.codegen.spec.model import Case, KernelSpec, SpecKind, Variant
 
 MAX_TRIES = 12  # candidate cases checked per axis before giving up on a suggestion
 
@@ -27,7 +27,7 @@ MAX_TRIES = 12  # candidate cases checked per axis before giving up on a suggest
 def check(spec: KernelSpec, valid: Callable[[Case], bool]) -> list:
     """W902 for each `cdiv` grid axis that no case makes ragged on some backend, when a
     ragged case (one that `valid` accepts) can be made from a declared one."""
-    if spec.kind != "pallas_call":
+    if spec.kind != SpecKind.PALLAS_CALL:
         return []
     axes: dict = {}  # (location, source) -> [(variant, axis index, numerator, denominator)]
     for v in spec.variants.values():

@@ -33,7 +33,7 @@ from kspec.codegen.checks.instances import (
     instantiate,
     unmet,
 )
-from kspec.codegen.spec.model import Case, Code, KernelSpec, Variant
+from kspec.codegen.spec.model import Case, Code, DimKind, InitKind, KernelSpec, MeshRole, Role, ScratchKind, Variant
 
 # Names the generated modules use; spec names may not shadow them.
 # Names the templates bind where a spec's names live: each generated module's own (imports,
@@ -260,9 +260,10 @@ def _dtypes(spec: KernelSpec) -> list:
                 continue
             hint = did_you_mean(name, list(dt.DTYPES) + sorted(inputs))
             out.append(Diagnostic("E401", f"{op.name}: unknown dtype `{name}`", op.dtype_loc, hint))
-    for s in (s for v in spec.variants.values() for s in v.scratch if s.kind in ("array", "accumulator")):
+    arrays = (ScratchKind.ARRAY, ScratchKind.ACCUMULATOR)
+    for s in (s for v in spec.variants.values() for s in v.scratch if s.kind in arrays):
         if s.dtype is None:
-            if s.kind == "array":  # an accumulator is float32 unless it says otherwise
+            if s.kind == ScratchKind.ARRAY:  # an accumulator is float32 unless it says otherwise
                 out.append(Diagnostic("E202", f"scratch {s.name}: an array buffer needs a dtype", s.loc))
         elif s.dtype not in dt.DTYPES and s.dtype not in inputs:  # `dtype: x` follows input x
             hint = did_you_mean(s.dtype, list(dt.DTYPES) + sorted(inputs))
@@ -360,7 +361,7 @@ def _structure(spec: KernelSpec, v: Variant) -> list:
     operands = {o.name: o for o in spec.operands}
     for name, allowed in v.dtypes.items():
         op = operands.get(name)
-        if op is None or op.role != "input" or op.follows is not None:
+        if op is None or op.role != Role.INPUT or op.follows is not None:
             out.append(
                 Diagnostic(
                     "E407",
@@ -432,7 +433,7 @@ def _prefetch(spec: KernelSpec) -> list:
             problems.append(f"has rank {op.rank}, not 1")
         if any(dt.DTYPES.get(d, (0, ""))[1] not in ("i", "u") for d in dtypes):
             problems.append(f"has dtype {', '.join(dtypes)}, not an integer type")
-        if op.init is None or op.init.kind != "index":
+        if op.init is None or op.init.kind != InitKind.INDEX:
             problems.append("has no `init: {kind: index, ...}` saying what values it holds")
         for v in spec.variants.values():
             if op.name in v.blocks:
@@ -459,7 +460,7 @@ def _inits(spec: KernelSpec) -> list:
         if init is None:
             continue
         what = f"{op.name}.init"
-        if init.kind == "index":
+        if init.kind == InitKind.INDEX:
             target = spec.operand(init.of) if init.of else None
             if init.of is None and init.bound_expr is None:
                 out.append(Diagnostic("E411", f"{what}: an index initialiser needs `bound` or `of`", init.loc))
@@ -472,7 +473,7 @@ def _inits(spec: KernelSpec) -> list:
                 out.append(Diagnostic("E411", f"{what}: dim {init.dim} of {init.of}, which has rank {target.rank}", init.loc))
             if init.bound_expr is not None:
                 out += [dataclasses.replace(d, code="E411") for d in _unknown(init.bound_expr, scope, what)]
-        if init.kind == "uniform" and init.low >= init.high:
+        if init.kind == InitKind.UNIFORM and init.low >= init.high:
             out.append(Diagnostic("E411", f"{what}: low {init.low:g} is not below high {init.high:g}", init.loc))
     return out
 
@@ -498,9 +499,9 @@ def _aliases(spec: KernelSpec) -> list:
     for o_name, i_name in spec.aliases.items():
         o, i = spec.operand(o_name), spec.operand(i_name)
         problem = None
-        if o is None or o.role != "output":
+        if o is None or o.role != Role.OUTPUT:
             problem = f"`{o_name}` is not an output", did_you_mean(o_name, [x.name for x in spec.outputs])
-        elif i is None or i.role != "input":
+        elif i is None or i.role != Role.INPUT:
             problem = f"`{i_name}` is not an input", did_you_mean(i_name, [x.name for x in spec.inputs])
         elif i_name in seen:
             problem = f"input {i_name} is aliased to both {seen[i_name]} and {o_name}", None
@@ -548,7 +549,7 @@ def _dtype_root(spec: KernelSpec, op):
     """What decides an operand's dtype: a fixed dtype, or the input whose choice it takes."""
     if op.follows:
         op = spec.operand(op.follows)
-    return (op.dtypes[0],) if len(op.dtypes) == 1 or op.role == "output" else op.name
+    return (op.dtypes[0],) if len(op.dtypes) == 1 or op.role == Role.OUTPUT else op.name
 
 
 def _backend_surface(spec: KernelSpec, v: Variant) -> list:
@@ -566,7 +567,7 @@ def _backend_surface(spec: KernelSpec, v: Variant) -> list:
                 if block.kind(d) not in backend.block_kinds:
                     out.append(Diagnostic("E413", f"{where}: block dim {d} is {block.kind(d)}, which {v.backend} does not take",
                                           block.shape_loc, f"{v.backend} takes {', '.join(backend.block_kinds)} dims"))
-                elif block.kind(d) == "element" and any(block.padding[d]) and not backend.element_padding:
+                elif block.kind(d) == DimKind.ELEMENT and any(block.padding[d]) and not backend.element_padding:
                     out.append(Diagnostic("E413", f"{where}: block dim {d} is element with padding {list(block.padding[d])}, "
                                           f"which {v.backend} does not take", block.shape_loc,
                                           f"{v.backend} takes element dims without padding: drop `padding`, or pad the "
@@ -578,14 +579,14 @@ def _backend_surface(spec: KernelSpec, v: Variant) -> list:
         if block.buffers is not None and not backend.pipeline_mode:
             out.append(Diagnostic("E413", f"{where}: pipeline_mode is not supported by {v.backend}", block.loc,
                                   "mosaic_tpu and interpret take pipeline_mode; on mosaic_gpu use max_concurrent_steps"))
-    clusters = {a.name for a in v.mesh_axes("cluster")}
+    clusters = {a.name for a in v.mesh_axes(MeshRole.CLUSTER)}
     for s in v.scratch:
         if s.kind not in backend.scratch_kinds:
             out.append(Diagnostic("E414", f"{v.backend}: scratch {s.name} is a {s.kind}, which {v.backend} does not have", s.loc,
                                   f"scratch kinds on {v.backend}: {', '.join(backend.scratch_kinds)}"))
         for axis in s.collective_axes:
             problem = (
-                "only a barrier spans a cluster" if s.kind != "barrier"
+                "only a barrier spans a cluster" if s.kind != ScratchKind.BARRIER
                 else f"`{axis}` is not a cluster axis of the mesh" if axis not in clusters
                 else None
             )

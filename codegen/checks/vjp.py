@@ -22,6 +22,7 @@ from kspec.codegen.backends import AUTO, BACKENDS
 from kspec.codegen.diagnostics import Diagnostic, Location, did_you_mean
 from kspec.codegen.spec.expr import ExprError, NotEvaluable
 from kspec.codegen.spec.vjp import Backward, Binding
+from kspec.codegen.spec.model import Role
 
 # -- diagnostics for backward specs that pipeline could not link -------------------
 
@@ -85,7 +86,7 @@ def _root(spec, op) -> tuple | None:
     own = _own(spec, op)
     if own is None:
         return None
-    if len(own.dtypes) == 1 or own.role == "output":
+    if len(own.dtypes) == 1 or own.role == Role.OUTPUT:
         return ("fixed", own.dtypes[0])
     return ("input", own.name)
 
@@ -131,7 +132,7 @@ def _names(spec) -> list:
             if op is None:
                 out.append(Diagnostic("E421", f"{where}: `{g.input}` is not an input of {spec.name}", g.loc,
                                       did_you_mean(g.input, inputs)))
-            elif op.role == "output":
+            elif op.role == Role.OUTPUT:
                 out.append(Diagnostic("E423", f"{where}: `{g.input}` is an output of {spec.name}; gradients are for inputs",
                                       g.loc))
             elif _own(spec, op) is not None and not _floating(spec, op):
@@ -171,7 +172,7 @@ def _binding(spec, entry: Backward, b: Binding) -> list:
                            "write a residual's name, or grad(y) for the cotangent of output y")]
     op = spec.operand(b.source)
     if b.cotangent:
-        if op is None or op.role != "output":
+        if op is None or op.role != Role.OUTPUT:
             return [Diagnostic("E421", f"{where}: `{b.source}` in `{b.text}` is not an output of {spec.name}", b.loc,
                                did_you_mean(b.source, [o.name for o in spec.returned]))]
         if op.residual:

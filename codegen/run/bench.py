@@ -10,7 +10,7 @@ import time
 from kspec.codegen.spec import dtypes as dt
 from kspec.codegen.run import timing
 from kspec.codegen.backends.devices import Peak, peak_for
-from kspec.codegen.run.tasks import result
+from kspec.codegen.run.tasks import Result, Status, result
 
 
 COMPILE_THREADS = 4  # configs a tune task compiles at once (guided's batch size after its first)
@@ -81,7 +81,7 @@ def passed_over(task, prep) -> str | None:
     return why
 
 
-def bench(task, prep, check_outputs, vjp_module=None) -> dict:
+def bench(task, prep, check_outputs, vjp_module=None) -> Result:
     """One bench task's row. With `task.grad`, the functions timed are the forward and backward
     pass (jax.vjp, then the pullback of fixed random cotangents): the spec's custom_vjp from
     `vjp_module` (the package's _vjp.py) against XLA's autodiff of the reference, and of each
@@ -95,7 +95,7 @@ def bench(task, prep, check_outputs, vjp_module=None) -> dict:
         if why is not None and task.grad and hasattr(vjp_module, "REFERENCE_PARAMS"):
             forward_on_reference = why  # the backward kernels still run (the package's _vjp.py)
         elif why is not None:
-            return result(task, "skip", f"auto runs the reference here: {why}", fallback=True)
+            return result(task, Status.SKIP, f"auto runs the reference here: {why}", fallback=True)
     prep = prep.with_params(tuned_params(task, prep))
     kernel = functools.partial(prep.fn, **prep.params)
     reference = functools.partial(prep.ref_fn, **prep.ref_params)
@@ -106,9 +106,8 @@ def bench(task, prep, check_outputs, vjp_module=None) -> dict:
         outs = jax.block_until_ready(kernel(*prep.inputs))
         verdict = check_outputs(task, prep, outs, round(time.monotonic() - start, 3))
         extra = []
-    if verdict["status"] != "pass":
-        verdict["message"] = "not timed, wrong result: " + verdict["message"]
-        return verdict
+    if not verdict.passed:
+        return verdict.updated(message="not timed, wrong result: " + verdict.message)
     outs = outs if isinstance(outs, (tuple, list)) else (outs,)
     device = jax.devices()[0]
     peak = peak_for(device.device_kind)
@@ -206,10 +205,10 @@ def bench(task, prep, check_outputs, vjp_module=None) -> dict:
             too_slow += _below(f"speedup over `{name}`", (entry["speedup"], *entry["speedup_ci95"]),
                                f"min_speedup_over {name} {least:g}", least)
     if too_slow:
-        verdict = dict(verdict, status="fail", message="; ".join(too_slow))
+        verdict = verdict.updated(status=Status.FAIL, message="; ".join(too_slow))
     elif forward_on_reference is not None:
-        verdict = dict(verdict, message=f"forward pass on the reference, as auto runs it here: {forward_on_reference}")
-    return dict(verdict, seconds=round(time.monotonic() - start, 3), **figures)
+        verdict = verdict.updated(message=f"forward pass on the reference, as auto runs it here: {forward_on_reference}")
+    return verdict.updated(seconds=round(time.monotonic() - start, 3), **figures)
 
 
 def _below(what: str, measured: tuple, floor_name: str, least: float) -> list:
@@ -306,13 +305,13 @@ def _competitors(task, prep, platform: str, check_outputs):
         try:
             outs = jax.block_until_ready(call(*prep.inputs))
             check = check_outputs(task, prep, outs, 0.0)
-            compiled = _compile(call, prep.inputs)[0] if check["status"] == "pass" else None
+            compiled = _compile(call, prep.inputs)[0] if check.passed else None
         except Exception as e:  # noqa: BLE001 - a competitor that cannot run here is reported, not fatal
             lines = str(e).strip().splitlines()
             yield name, {"status": "error", "message": f"{type(e).__name__}: {lines[0][:200] if lines else ''}"}
             continue
         if compiled is None:
-            yield name, {"status": "fail", "message": "not timed, wrong result: " + check["message"]}
+            yield name, {"status": "fail", "message": "not timed, wrong result: " + check.message}
         else:
             yield name, compiled
 
@@ -425,8 +424,7 @@ def tune(task, prep, check_outputs, describe):
     with concurrent.futures.ThreadPoolExecutor(max_workers=COMPILE_THREADS) as pool:
         futures = [pool.submit(build, cfg) for cfg in configs]
         for cfg, future in zip(configs, futures):
-            row = result(task, "error")
-            row["params"] = cfg
+            row = result(task, Status.ERROR, params=cfg)
             try:
                 compiled, compile_s = future.result()
                 outs = jax.block_until_ready(compiled(*prep.inputs))
@@ -435,22 +433,22 @@ def tune(task, prep, check_outputs, describe):
                 mine.refs = mine.refs or refs.get(key)
                 verdict = check_outputs(task, mine, outs, 0.0)
                 refs[key] = mine.refs
-                row.update(verdict, params=cfg, compile_s=compile_s)
-                if verdict["status"] == "pass" and not task.sustained:
+                row = verdict.updated(params=cfg, compile_s=compile_s)
+                if verdict.passed and not task.sustained:
                     times = timing.sample(
                         {"kernel": functools.partial(compiled, *prep.inputs)}, samples=task.samples, warm_s=0.1
                     )
-                    row["ms"] = timing.stats(times["kernel"])["median_ms"]
-                elif verdict["status"] == "pass":
+                    row = row.updated(ms=timing.stats(times["kernel"])["median_ms"])
+                elif verdict.passed:
                     calls = {"kernel": timing.rotating(compiled, arg_sets), "reference": reference_for(mine)}
                     if not loaded:
                         timing.warm_up({"reference": calls["reference"]}, SUSTAIN_S)
                         loaded = True
                     times = timing.sample(calls, samples=task.samples, warm_s=RESUME_S)
                     speedup, lo, hi = timing.ratio(times["reference"], times["kernel"])
-                    row.update(ms=timing.stats(times["kernel"])["median_ms"],
-                               ref_ms=timing.stats(times["reference"])["median_ms"],
-                               speedup=speedup, speedup_ci95=[lo, hi])
+                    row = row.updated(ms=timing.stats(times["kernel"])["median_ms"],
+                                      ref_ms=timing.stats(times["reference"])["median_ms"],
+                                      speedup=speedup, speedup_ci95=[lo, hi])
             except Exception as e:  # noqa: BLE001 - a config that fails to compile or run is rejected
-                row["message"] = describe(e)
+                row = row.updated(message=describe(e))
             yield row

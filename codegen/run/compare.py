@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from kspec.codegen.run.tasks import Task, result
+from kspec.codegen.run.tasks import Result, Status, Task, result
 
 
 def _as_f64(x) -> np.ndarray:
@@ -192,10 +192,10 @@ def _compare_on_device(out, ref, atol: float, rtol: float, bound: float) -> dict
     return _judged(verdict, n - int(n_within), n, int(bad), bound)
 
 
-def verdict_result(task: Task, verdict: dict, seconds: float, tol: dict) -> dict:
-    """The result row of a compare_all verdict."""
+def verdict_result(task: Task, verdict: dict, seconds: float, tol: dict) -> Result:
+    """The result of a compare_all verdict."""
     if "max_abs_err" not in verdict:
-        return result(task, "fail", verdict["message"], seconds=seconds, tolerance=tol)
+        return result(task, Status.FAIL, verdict["message"], seconds=seconds, tolerance=tol)
     metrics = {k: verdict[k] for k in ("max_abs_err", "max_rel_err", "rel_err", "frac_within_tol")}
-    return result(task, "pass" if verdict["passed"] else "fail", verdict["message"], seconds=seconds, tolerance=tol,
-                  **metrics)
+    return result(task, Status.PASS if verdict["passed"] else Status.FAIL, verdict["message"], seconds=seconds,
+                  tolerance=tol, **metrics)

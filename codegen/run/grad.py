@@ -15,7 +15,7 @@ import time
 from kspec.codegen.spec import dtypes as dt
 from kspec.codegen.run.compare import compare_within, verdict_result
 from kspec.codegen.run.inputs import rng_for, upcast
-from kspec.codegen.run.tasks import result
+from kspec.codegen.run.tasks import Result, Status, result
 
 
 def _wrt(prep) -> list:
@@ -88,7 +88,7 @@ def gradients(task, prep, fn, start: float) -> Gradients:
     return Gradients(wrt, outs, tuple(grads), cotangents, ref_outs, tuple(ref_grads), seconds)
 
 
-def judge(task, prep, g: Gradients) -> dict:
+def judge(task, prep, g: Gradients) -> Result:
     """The result row for `g`: each gradient has its input's dtype, and the outputs and the
     gradients match the reference's by the forward check's rule and tolerance."""
     spec = prep.spec
@@ -97,19 +97,19 @@ def judge(task, prep, g: Gradients) -> dict:
         if grad_.dtype != prep.inputs[i].dtype:
             name = spec.inputs[i].name
             message = f"grad of {name} has dtype {grad_.dtype} but {name} is {prep.inputs[i].dtype}"
-            return result(task, "fail", message, seconds=g.seconds, tolerance=tol)
+            return result(task, Status.FAIL, message, seconds=g.seconds, tolerance=tol)
     named = [(f"output {op.name}", o, r) for op, o, r in zip(spec.returned, _flat(g.outs), _flat(g.ref_outs))]
     named += [(f"grad of {spec.inputs[i].name}", x, r) for i, x, r in zip(g.wrt, g.grads, g.ref_grads)]
     return verdict_result(task, compare_within(named, tol), g.seconds, tol)
 
 
-def grad(task, prep, module, interpret, start: float) -> dict:
+def grad(task, prep, module, interpret, start: float) -> Result:
     """Compare gradients for one task; `module` is the kernel's generated _vjp.py."""
     fn = module.differentiable(task.backend, tuple(sorted(prep.params.items())), interpret)
     return judge(task, prep, gradients(task, prep, fn, start))
 
 
-def lower(task, prep, module, start: float) -> dict:
+def lower(task, prep, module, start: float) -> Result:
     """Lower the forward and backward pass together for the backend's own platform (and, off a
     TPU, a named TPU chip: codegen.run.lowering)."""
     import contextlib
@@ -130,5 +130,5 @@ def lower(task, prep, module, start: float) -> dict:
     with contextlib.redirect_stderr(io.StringIO()), lowering.target(task.backend):
         text = jax.jit(forward_and_backward).trace(*shapes).lower(
             lowering_platforms=(lowering.platform(task.backend),)).as_text()
-    return result(task, "pass", f"lowered for {lowering.shown(task.backend)} ({len(text)} characters of StableHLO)",
+    return result(task, Status.PASS, f"lowered for {lowering.shown(task.backend)} ({len(text)} characters of StableHLO)",
                   seconds=round(time.monotonic() - start, 3))

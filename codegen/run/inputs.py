@@ -10,6 +10,7 @@ import numpy as np
 from kspec.codegen.run import kinds
 from kspec.codegen.run.tasks import Task
 from kspec.codegen.spec import dtypes as dt
+from kspec.codegen.spec.model import InitKind
 
 
 def rng_for(task: Task, operand: str) -> np.random.Generator:
@@ -33,16 +34,16 @@ def make_input(task: Task, op, shape: tuple, dtype: str, env: dict, shapes: dict
     rng = rng_for(task, op.name)
     init = getattr(op, "init", None)
     kind = init.kind if init else None
-    if kind == "index":
+    if kind == InitKind.INDEX:
         high = init.bound(env, shapes)
         data = rng.integers(0, max(high, 1), size=shape)
-    elif kind == "uniform":
+    elif kind == InitKind.UNIFORM:
         data = rng.uniform(init.low, init.high, size=shape)
-    elif kind == "positive":
+    elif kind == InitKind.POSITIVE:
         data = np.abs(rng.standard_normal(shape)) + 0.5
-    elif kind in ("ones", "zeros"):
-        data = np.full(shape, 1.0 if kind == "ones" else 0.0)
-    elif kind == "normal":
+    elif kind in (InitKind.ONES, InitKind.ZEROS):
+        data = np.full(shape, 1.0 if kind == InitKind.ONES else 0.0)
+    elif kind == InitKind.NORMAL:
         data = rng.normal(init.mean, init.std, size=shape)
     else:
         info = dt.DTYPES[dtype]

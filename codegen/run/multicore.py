@@ -33,7 +33,7 @@ import re
 
 import numpy as np
 
-from kspec.codegen.spec.model import BLOCKED, BOUNDED, ELEMENT, SQUEEZED
+from kspec.codegen.spec.model import BLOCKED, BOUNDED, ELEMENT, SQUEEZED, MemorySpace, ScratchKind
 
 # Schedule k takes COMBOS[k % 4] and its own seed: one pass over the four covers both DMA
 # modes and both core counts, and the first two already cover each once.
@@ -205,7 +205,7 @@ def _varied(inst, a: Schedule, b: Schedule) -> list:
     matters only to a kernel that starts DMAs, which it waits for on DMA semaphores."""
     parallel = _parallel(inst)
     steps = _steps(inst)
-    dmas = any(s.kind == "dma_semaphore" for s in inst.variant.scratch)
+    dmas = any(s.kind == ScratchKind.DMA_SEMAPHORE for s in inst.variant.scratch)
     out = []
     if a.dma != b.dma and dmas:
         out.append(f"DMA mode ({a.dma} vs {b.dma})")
@@ -243,7 +243,7 @@ def _writers(inst, prefetch: dict, name: str, element: tuple, a: Run, b: Run) ->
     """Which grid points wrote the differing element, and the axes their order differs along."""
     block = inst.variant.blocks.get(name)
     seqs = [_visits_writing(inst, prefetch, name, block, element, r) for r in (a, b)]
-    if block is not None and block.index_map is None and block.memory_space in ("any", "hbm"):
+    if block is not None and block.index_map is None and block.memory_space in (MemorySpace.ANY, MemorySpace.HBM):
         why = f"{name} is written by the kernel's own DMAs (memory_space {block.memory_space}), so its writers are not known"
     elif None in seqs or not seqs[0]:
         why = f"the block of {name} holding {element} could not be found from its index map"

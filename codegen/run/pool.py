@@ -16,7 +16,7 @@ import sys
 import time
 from multiprocessing import connection as mp_connection
 
-from kspec.codegen.run.tasks import Task, result
+from kspec.codegen.run.tasks import DONE, Result, Status, Task, result
 
 class Session:
     """Worker processes with a pipe each, run one task at a time; a worker that
@@ -59,7 +59,7 @@ class Session:
             raise RuntimeError("the verify worker did not start (importing jax timed out)")
         return info
 
-    def run(self, task: Task) -> dict:
+    def run(self, task: Task) -> Result:
         if self._proc is None or not self._proc.is_alive():
             self._start()
         start = time.monotonic()
@@ -67,17 +67,17 @@ class Session:
             self._conn.send(task)
             answer = _receive(self._conn, self.timeout)
             if answer is not _TIMED_OUT:
-                return answer
+                return _checked(answer)
             self._kill()
-            return result(task, "error", f"timed out after {self.timeout:g} s", seconds=round(time.monotonic() - start, 3))
+            return result(task, Status.ERROR, f"timed out after {self.timeout:g} s", seconds=round(time.monotonic() - start, 3))
         except (EOFError, OSError):
             self._proc.join(5)
             why = _exit_reason(self._proc.exitcode)
             self._kill()
-            return result(task, "error", f"worker died: {why}", seconds=round(time.monotonic() - start, 3))
+            return result(task, Status.ERROR, f"worker died: {why}", seconds=round(time.monotonic() - start, 3))
         except _GARBLED:
             self._kill()
-            return result(task, "error", GARBLED, seconds=round(time.monotonic() - start, 3))
+            return result(task, Status.ERROR, GARBLED, seconds=round(time.monotonic() - start, 3))
 
     def stream(self, task: Task):
         """Send a task that answers with several messages; yield them until its "done"."""
@@ -89,19 +89,19 @@ class Session:
                 message = _receive(self._conn, self.timeout)
                 if message is _TIMED_OUT:
                     self._kill()
-                    yield result(task, "error", f"timed out after {self.timeout:g} s")
+                    yield result(task, Status.ERROR, f"timed out after {self.timeout:g} s")
                     return
-                if message.get("done"):
+                if message == DONE:
                     return
-                yield message
+                yield _checked(message)
         except (EOFError, OSError):
             self._proc.join(5)
             why = _exit_reason(self._proc.exitcode)
             self._kill()
-            yield result(task, "error", f"worker died: {why}")
+            yield result(task, Status.ERROR, f"worker died: {why}")
         except _GARBLED:
             self._kill()
-            yield result(task, "error", GARBLED)
+            yield result(task, Status.ERROR, GARBLED)
 
     def _kill(self) -> None:
         """Kill the worker's process group (the worker, its guard, anything a task started); every
@@ -199,6 +199,13 @@ class _Fd:
 
 
 _TIMED_OUT = object()
+
+
+def _checked(answer) -> Result:
+    """A worker's answer, which must be a Result: anything else came from a task writing to the channel."""
+    if not isinstance(answer, Result):
+        raise TypeError(f"a {type(answer).__name__} where a result was due")
+    return answer
 MAX_MESSAGE = 256 << 20  # a result is a row of metrics and samples, far below this
 
 

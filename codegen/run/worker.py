@@ -22,6 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
+from kspec.codegen.backends import BACKENDS
 from kspec.codegen.checks import instances
 from kspec.codegen.run import multicore
 from kspec.codegen import project as pipeline
@@ -29,7 +30,9 @@ from kspec.codegen.spec import dtypes as dt
 from kspec.codegen.run.compare import compare_within, verdict_result
 from kspec.codegen.run import kinds
 from kspec.codegen.run.inputs import make_input, upcast
-from kspec.codegen.run.tasks import Task, result
+from kspec.codegen.run.tasks import (
+    DONE, BenchTask, CeilingsTask, GradTask, LowerTask, Result, RunTask, ShardedTask, Status, Task, TuneTask, result,
+)
 
 _compiled: dict = {}
 
@@ -73,10 +76,10 @@ def main(conn) -> None:
             return
         if task is None:
             return
-        if task.mode == "tune":
+        if isinstance(task, TuneTask):
             for message in tune_task(task):
                 conn.send(message)
-            conn.send({"done": True})
+            conn.send(DONE)
         else:
             conn.send(run_task(task))
 
@@ -158,7 +161,7 @@ def spec_line(task: Task, e: BaseException) -> str | None:
     return None
 
 
-def run_task(task: Task) -> dict:
+def run_task(task: Task) -> Result:
     start = time.monotonic()
     try:
         return _run(task, start)
@@ -173,15 +176,15 @@ def run_task(task: Task) -> dict:
             import traceback
 
             message += "\n" + "".join(traceback.format_exception(e)).rstrip()
-        return result(task, "error", message, seconds=round(time.monotonic() - start, 3))
+        return result(task, Status.ERROR, message, seconds=round(time.monotonic() - start, 3))
 
 
-def tune_task(task: Task):
+def tune_task(task: TuneTask):
     """Yield one result per config of a tune task (errors included)."""
     try:
         prep = _prepare(task)
     except Exception as e:  # noqa: BLE001
-        yield result(task, "error", _first_lines(e))
+        yield result(task, Status.ERROR, _first_lines(e))
         return
     from kspec.codegen.run.bench import tune
 
@@ -228,9 +231,6 @@ def _prepare(task: Task) -> Prepared:
     case = {"bench": spec.bench, "sweep": spec.sweep}.get(task.suite, spec.cases)[task.case_index]
     variant = spec.variants[task.backend]
     dtypes = dict(task.dtypes)
-    overrides = dict(task.params)
-    if overrides:
-        case = dataclasses.replace(case, params=dict(case.params, **overrides))
     inst, diags = instances.instantiate(spec, variant, case, dtypes)
     if inst is None:
         raise RuntimeError(diags[0].format() if diags else "case does not instantiate")
@@ -246,44 +246,48 @@ def _prepare(task: Task) -> Prepared:
     )
 
 
-def _run(task: Task, start: float) -> dict:
+def _run(task: Task, start: float) -> Result:
     import jax
 
-    if task.mode == "ceilings":
+    if isinstance(task, CeilingsTask):
         from kspec.codegen.run.bench import measure_ceilings
 
-        return dict(result(task, "pass"), **measure_ceilings())
+        return result(task, Status.PASS, **measure_ceilings())
     prep = _prepare(task)
-    if task.mode == "lower":
-        return _lower(task, prep.fn, prep.inputs, prep.params, start)
-    if task.mode == "bench":
+    if isinstance(task, BenchTask):
         from kspec.codegen.run.bench import bench
 
         return bench(task, prep, check_outputs, _module(task, "_vjp") if task.grad else None)
-    if task.mode == "sharded":
-        return _run_sharded(task, prep, start)
-    if task.mode == "lower-sharded":
-        return _lower_sharded(task, prep, start)
-    if task.mode in ("grad", "lower-grad"):
+    if isinstance(task, ShardedTask):
+        return _lower_sharded(task, prep, start) if task.lower else _run_sharded(task, prep, start)
+    if isinstance(task, LowerTask) and task.grad:
+        from kspec.codegen.run import grad as gradrun
+
+        return gradrun.lower(task, prep, _module(task, "_vjp"), start)
+    if isinstance(task, LowerTask):
+        return _lower(task, prep.fn, prep.inputs, prep.params, start)
+    if isinstance(task, GradTask):
         return _run_grad(task, prep, start)
+    if not isinstance(task, RunTask):
+        raise TypeError(f"a worker runs no task of kind {type(task).__name__}")
     call = functools.partial(prep.fn, **prep.params)
-    if task.backend == "mosaic_tpu" and jax.default_backend() != "tpu":
+    if BACKENDS[task.backend].simulated_on(jax.default_backend()):
         try:
             out = _run_schedules(task, prep, call, start)
-            if out["status"] == "pass":  # the other kinds under the first schedule
+            if out.passed:  # the other kinds under the first schedule
                 plan = multicore.schedules(task.seed, task.schedules)
-                out = dict(_other_kinds(task, prep, out, start, lambda *inputs: multicore.run(call, list(inputs), plan[0]).outs,
-                                        multicore.note(plan, plan[0])), schedules=out["schedules"])
-            return dict(out, inputs=list(task.inputs))
+                out = _other_kinds(task, prep, out, start, lambda *inputs: multicore.run(call, list(inputs), plan[0]).outs,
+                                   multicore.note(plan, plan[0])).updated(schedules=out.extra["schedules"])
+            return out.updated(inputs=list(task.inputs))
         finally:  # each schedule compiled a program of its own, which no later task runs: free them
             prep.fn.clear_cache()
     out = _run_once(task, prep, call, start)
-    if out["status"] == "pass":
+    if out.passed:
         out = _other_kinds(task, prep, out, start, call)
-    return dict(out, inputs=list(task.inputs))
+    return out.updated(inputs=list(task.inputs))
 
 
-def _run_once(task: Task, prep: Prepared, call, start: float, loose: bool = False) -> dict:
+def _run_once(task: RunTask, prep: Prepared, call, start: float, loose: bool = False) -> Result:
     """The kernel on the prepared inputs, checked: it must leave its inputs alone and match the
     reference (`loose`: as check_outputs says)."""
     import jax
@@ -295,11 +299,11 @@ def _run_once(task: Task, prep: Prepared, call, start: float, loose: bool = Fals
     seconds = round(time.monotonic() - start, 3)
     clobbered = _clobbered(prep, before)
     if clobbered:
-        return result(task, "fail", clobbered, seconds=seconds)
+        return result(task, Status.FAIL, clobbered, seconds=seconds)
     return check_outputs(task, prep, outs, seconds, loose)
 
 
-def _other_kinds(task: Task, prep: Prepared, passed: dict, start: float, call, note: str = "") -> dict:
+def _other_kinds(task: RunTask, prep: Prepared, passed: Result, start: float, call, note: str = "") -> Result:
     """After the normal inputs pass: the kernel on each other input kind of the task (kinds.py),
     against the reference on the same data. The first that fails is the task's result, its message
     naming the kind; if all pass, the normal inputs' result stands (its metrics, the time of all)."""
@@ -312,15 +316,14 @@ def _other_kinds(task: Task, prep: Prepared, passed: dict, start: float, call, n
             out = _run_once(task, other, call, start, loose=True)
         except Exception as e:  # noqa: BLE001 - name the inputs it raised on
             _reset_tpu_interpret()
-            return result(task, "error", f"with {kinds.described(kind, taking)}: "
+            return result(task, Status.ERROR, f"with {kinds.described(kind, taking)}: "
                           f"{_first_lines(e)}{note}", seconds=round(time.monotonic() - start, 3))
-        if out["status"] != "pass":
-            out["message"] = f"with {kinds.described(kind, taking)}: {out['message']}{note}"
-            return out
-    return dict(passed, seconds=round(time.monotonic() - start, 3))
+        if not out.passed:
+            return out.updated(message=f"with {kinds.described(kind, taking)}: {out.message}{note}")
+    return passed.updated(seconds=round(time.monotonic() - start, 3))
 
 
-def _run_schedules(task: Task, prep: Prepared, call, start: float) -> dict:
+def _run_schedules(task: RunTask, prep: Prepared, call, start: float) -> Result:
     """Off a TPU: the kernel in TPU interpret mode under each of the task's schedules
     (codegen.multicore). Any race, or outputs that differ between schedules, fail the task;
     otherwise the outputs, the same under all of them, are checked against the reference."""
@@ -336,22 +339,22 @@ def _run_schedules(task: Task, prep: Prepared, call, start: float) -> dict:
         except Exception as e:  # noqa: BLE001 - say which schedule it was
             revisit = multicore.revisit(prep.inst, prefetch, e, call, prep.inputs, schedule)
             _reset_tpu_interpret()
-            status, message = ("fail", revisit) if revisit else ("error", _first_lines(e))
+            status, message = (Status.FAIL, revisit) if revisit else (Status.ERROR, _first_lines(e))
             message += multicore.note(plan, schedule)
             return result(task, status, message, seconds=round(time.monotonic() - start, 3), **extra)
         clobbered = _clobbered(prep, before)
         if clobbered:
             message = clobbered + multicore.note(plan, schedule)
-            return result(task, "fail", message, seconds=round(time.monotonic() - start, 3), **extra)
+            return result(task, Status.FAIL, message, seconds=round(time.monotonic() - start, 3), **extra)
     seconds = round(time.monotonic() - start, 3)
     found = multicore.diagnose(prep.inst, prefetch, runs)
     first = (multicore.compared(prep.inst, runs) or runs)[0]
-    out = dict(check_outputs(task, prep, first.outs, seconds), **extra)
+    out = check_outputs(task, prep, first.outs, seconds).updated(**extra)
     if found:
-        against = f"\n  against the reference, schedule {first.schedule.number}: {out['message']}" if out["message"] else ""
-        out.update(status="fail", message=found + against)
-    elif out["status"] != "pass":
-        out["message"] += multicore.note(plan)
+        against = f"\n  against the reference, schedule {first.schedule.number}: {out.message}" if out.message else ""
+        return out.updated(status=Status.FAIL, message=found + against)
+    if not out.passed:
+        return out.updated(message=out.message + multicore.note(plan))
     return out
 
 
@@ -372,7 +375,7 @@ def _clobbered(prep: Prepared, before: list) -> str | None:
     return None
 
 
-def _run_sharded(task: Task, prep: Prepared, start: float) -> dict:
+def _run_sharded(task: ShardedTask, prep: Prepared, start: float) -> Result:
     """`kspec verify --devices N`: the spec's sharded function on a mesh of the first N
     devices, compared with the reference on the whole inputs. Off TPU, mosaic_tpu runs in
     TPU interpret mode (without the race detector: its grid-point recorder is per device)."""
@@ -380,7 +383,7 @@ def _run_sharded(task: Task, prep: Prepared, start: float) -> dict:
 
     module = _module(task, "sharded")
     kwargs = dict(prep.params, mesh=module.make_mesh(jax.devices()[: task.devices]), backend=task.backend)
-    if task.backend == "mosaic_tpu" and jax.default_backend() != "tpu":
+    if BACKENDS[task.backend].simulated_on(jax.default_backend()):
         from jax.experimental.pallas import tpu as pltpu
 
         _reset_tpu_interpret()
@@ -389,7 +392,7 @@ def _run_sharded(task: Task, prep: Prepared, start: float) -> dict:
     return check_outputs(task, prep, outs, round(time.monotonic() - start, 3))
 
 
-def _lower_sharded(task: Task, prep: Prepared, start: float) -> dict:
+def _lower_sharded(task: ShardedTask, prep: Prepared, start: float) -> Result:
     """`kspec verify --lower --devices N`: the spec's sharded function lowered for the backend's
     platform on a mesh of the first N devices, the inputs laid out as its IN_SPECS say. Off a TPU,
     mosaic_tpu's shard_map runs on an abstract mesh of the same axes whose devices are the named
@@ -431,19 +434,17 @@ def reference_outputs(prep: Prepared) -> tuple:
     return prep.refs
 
 
-def _run_grad(task: Task, prep: Prepared, start: float) -> dict:
+def _run_grad(task: GradTask, prep: Prepared, start: float) -> Result:
     """Grad mode: the kernel's jax.custom_vjp (generated/<kernel>/_vjp.py) against jax.vjp of
-    the reference, or lowered (`lower-grad`). Off TPU, mosaic_tpu runs in TPU interpret mode,
-    the backward kernels too (without the race detector: it records one kernel's grid)."""
+    the reference. Off TPU, mosaic_tpu runs in TPU interpret mode, the backward kernels too
+    (without the race detector: it records one kernel's grid)."""
     import jax
 
     from kspec.codegen.run import grad as gradrun
 
     module = _module(task, "_vjp")
-    if task.mode == "lower-grad":
-        return gradrun.lower(task, prep, module, start)
     interpret = None
-    if task.backend == "mosaic_tpu" and jax.default_backend() != "tpu":
+    if BACKENDS[task.backend].simulated_on(jax.default_backend()):
         from jax.experimental.pallas import tpu as pltpu
 
         _reset_tpu_interpret()
@@ -451,7 +452,7 @@ def _run_grad(task: Task, prep: Prepared, start: float) -> dict:
     return gradrun.grad(task, prep, module, interpret, start)
 
 
-def check_outputs(task: Task, prep: Prepared, outs, seconds: float, loose: bool = False) -> dict:
+def check_outputs(task: Task, prep: Prepared, outs, seconds: float, loose: bool = False) -> Result:
     """Compare a kernel's outputs with the reference run at higher precision. `loose` (input kinds
     other than normal): no NaN/Inf where the reference is finite, and a rel_err of at most
     kinds.NORMWISE x rtol, instead of the tolerance per element."""
@@ -478,16 +479,16 @@ def check_outputs(task: Task, prep: Prepared, outs, seconds: float, loose: bool 
         declared = jnp.dtype(prep.dtypes[op.name])
         if out.dtype != want.dtype:
             message = f"output {op.name} has dtype {out.dtype} but the reference returns {want.dtype}"
-            return result(task, "fail", message, seconds=seconds, tolerance=tol)
+            return result(task, Status.FAIL, message, seconds=seconds, tolerance=tol)
         if out.dtype != declared:
             message = f"output {op.name} has dtype {out.dtype}, the spec declares {declared}"
-            return result(task, "fail", message, seconds=seconds, tolerance=tol)
+            return result(task, Status.FAIL, message, seconds=seconds, tolerance=tol)
     named = [(f"output {op.name}", out, ref) for op, out, ref in zip(returned, outs, refs)]
     normwise = kinds.NORMWISE * tol["rtol"] if loose else None
     return verdict_result(task, compare_within(named, tol, normwise), seconds, tol)
 
 
-def _lower(task: Task, fn, inputs, params, start: float) -> dict:
+def _lower(task: LowerTask, fn, inputs, params, start: float) -> Result:
     """`kspec verify --lower`: the kernel lowered for its backend's platform (and, off a TPU, a
     named TPU chip: codegen.run.lowering)."""
     import jax

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import enum
 import hashlib
 import itertools
 import math
@@ -20,6 +21,80 @@ from kspec.codegen.spec import vjp as _vjp
 from kspec.codegen.diagnostics import Diagnostic, Location, SpecError
 from kspec.codegen.spec.expr import Expr, ExprError, IndexMap, parse_expr, parse_index_map
 from kspec.codegen.spec.loader import Document
+
+
+# The closed sets of names a spec chooses from (schema/kspec.schema.json lists the same values).
+# Each member is its YAML string: it compares equal to it and prints as it.
+
+
+class SpecKind(enum.StrEnum):
+    """What the spec builds (`kind:`): one pallas_call, or a kernel over a mesh of its own."""
+
+    PALLAS_CALL = "pallas_call"
+    MESH = "mesh"
+
+
+class Role(enum.StrEnum):
+    """Which side of the kernel an operand is on."""
+
+    INPUT = "input"
+    OUTPUT = "output"
+
+
+class MemorySpace(enum.StrEnum):
+    """Where a block or a scratch buffer lives (`memory_space:`)."""
+
+    ANY = "any"
+    HBM = "hbm"
+    VMEM = "vmem"
+    SMEM = "smem"
+    GMEM = "gmem"
+
+
+class ScratchKind(enum.StrEnum):
+    """What a scratch entry is (`kind:`)."""
+
+    ARRAY = "array"
+    DMA_SEMAPHORE = "dma_semaphore"
+    SEMAPHORE = "semaphore"
+    BARRIER = "barrier"
+    ACCUMULATOR = "accumulator"
+
+
+class MeshRole(enum.StrEnum):
+    """What a mesh kernel's mesh axis spans (`mesh:`), in the order the axes are built."""
+
+    GRID = "grid"
+    CLUSTER = "cluster"
+    THREADS = "threads"
+    CORES = "cores"
+
+
+class PipeRole(enum.StrEnum):
+    """Which side of an emit_pipeline stage an operand is on (`pipelines: {in, out}`)."""
+
+    IN = "in"
+    OUT = "out"
+
+
+class DimKind(enum.StrEnum):
+    """How a block_shape entry cuts its dim."""
+
+    BLOCKED = "blocked"
+    SQUEEZED = "squeezed"
+    ELEMENT = "element"
+    BOUNDED = "bounded_slice"
+
+
+class InitKind(enum.StrEnum):
+    """The data verify fills an input with (`init: {kind}`)."""
+
+    NORMAL = "normal"
+    UNIFORM = "uniform"
+    POSITIVE = "positive"
+    INDEX = "index"
+    ONES = "ones"
+    ZEROS = "zeros"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -72,7 +147,7 @@ class Param:
 class Init:
     """How verify fills an input with test data (`init:`); `index` gives integers in [0, bound)."""
 
-    kind: str  # normal | uniform | positive | index | ones | zeros
+    kind: InitKind
     low: float = 0.0
     high: float = 1.0
     mean: float = 0.0
@@ -92,7 +167,7 @@ class Init:
 @dataclasses.dataclass(frozen=True)
 class Operand:
     name: str
-    role: str  # "input" | "output"
+    role: Role
     shape: tuple  # of Expr
     dtypes: tuple | None  # allowed dtype names, or None when it follows another operand
     follows: str | None  # the input whose dtype this operand shares
@@ -111,7 +186,7 @@ class Operand:
         return len(self.shape)
 
 
-BLOCKED, SQUEEZED, ELEMENT, BOUNDED = "blocked", "squeezed", "element", "bounded_slice"
+BLOCKED, SQUEEZED, ELEMENT, BOUNDED = DimKind.BLOCKED, DimKind.SQUEEZED, DimKind.ELEMENT, DimKind.BOUNDED
 
 
 @dataclasses.dataclass(frozen=True)
@@ -125,14 +200,14 @@ class Block:
     tiling: tuple = ()  # of int; () for no TilingTransform
     swizzle: int | None = None
     delay_release: int = 0
-    kinds: tuple = ()  # per dim: BLOCKED, SQUEEZED, ELEMENT or BOUNDED
+    kinds: tuple = ()  # of DimKind, per dim
     padding: tuple = ()  # per dim: (low, high) of an ELEMENT dim, else (0, 0)
-    memory_space: str | None = None  # any | hbm | vmem | smem | gmem; None: the backend's default
+    memory_space: MemorySpace | None = None  # None: the backend's default
     buffers: int | None = None  # pipeline_mode: pl.Buffered(buffers)
     masked: bool = False  # the body loads and stores it masked: on triton its dims need not be powers of two
     collective_axes: tuple = ()  # Mosaic GPU pipeline inputs: the cluster axis a copy is multicast along
 
-    def kind(self, d: int) -> str:
+    def kind(self, d: int) -> DimKind:
         return self.kinds[d] if self.kinds else (SQUEEZED if self.block_shape[d] is None else BLOCKED)
 
 
@@ -150,8 +225,8 @@ class Scratch:
     name: str
     shape: tuple  # of Expr
     dtype: str | None
-    memory_space: str
-    kind: str  # array | dma_semaphore | semaphore | barrier | accumulator
+    memory_space: MemorySpace
+    kind: ScratchKind
     num_arrivals: int
     loc: Location
     tiling: tuple = ()  # Mosaic GPU SMEM arrays: plgpu.TilingTransform
@@ -164,7 +239,7 @@ class MeshAxis:
     """One axis of a mesh kernel's mesh; its index reaches the body as `name`."""
 
     name: str
-    role: str  # grid | cluster | threads | cores
+    role: MeshRole
     size: Expr
     loc: Location
 
@@ -174,7 +249,7 @@ class PipeBlock:
     """One operand of an emit_pipeline stage: its view, block and index map."""
 
     operand: str
-    role: str  # "in" | "out"
+    role: PipeRole
     view: tuple | None  # of Expr; None: the operand's whole shape
     block: Block  # block_shape and index_map over the pipeline's grid
 
@@ -232,11 +307,11 @@ class Variant:
     dtypes: Mapping[str, tuple] = dataclasses.field(default_factory=dict)  # input -> allowed
     mesh: tuple = ()  # of MeshAxis (mesh kernels)
     pipelines: tuple = ()  # of Pipeline (mesh kernels)
-    refs: Mapping[str, str] = dataclasses.field(default_factory=dict)  # operand -> memory space (mesh kernels)
+    refs: Mapping[str, MemorySpace] = dataclasses.field(default_factory=dict)  # operand -> where (mesh kernels)
     mesh_loc: Location | None = None
     constraints: tuple = ()  # of Constraint: what this backend needs of dims and params
 
-    def mesh_axes(self, role: str) -> tuple:
+    def mesh_axes(self, role: MeshRole) -> tuple:
         return tuple(a for a in self.mesh if a.role == role)
 
     def supports(self, assignment: Mapping[str, str]) -> bool:
@@ -319,7 +394,7 @@ class KernelSpec:
     aliases: Mapping[str, str] = dataclasses.field(default_factory=dict)  # output -> input it overwrites
     aliases_loc: Location | None = None
     call: CallOptions = CallOptions()
-    kind: str = "pallas_call"  # or "mesh"
+    kind: SpecKind = SpecKind.PALLAS_CALL
     kind_loc: Location | None = None
     vjp: _vjp.Vjp | None = None  # the `vjp:` section (codegen/spec/vjp.py)
     competitors: tuple = ()  # of Competitor
@@ -364,12 +439,15 @@ DEFAULT_BACKENDS = ("interpret",)
 EXPR_COMPILER_PARAMS = frozenset({"num_warps", "num_stages", "max_concurrent_steps", "vmem_limit_bytes"})
 
 
-class _Builder:
-    def __init__(self, doc: Document):
-        self.doc = doc
-        self.errors: list[Diagnostic] = []
+class _Parser:
+    """What every part of the model is built with: the document, the diagnostics found so far
+    (shared by all the builders of one document), and the parsing of its expressions, index maps,
+    code and constraints."""
 
-    # -- expressions ------------------------------------------------------
+    def __init__(self, doc: Document, errors: list):
+        self.doc = doc
+        self.errors: list[Diagnostic] = errors
+
     def expr(self, value: Any, at: tuple) -> Expr | None:
         try:
             e = parse_expr(value)
@@ -402,22 +480,30 @@ class _Builder:
         origin = Location(info.loc.path, info.loc.line, info.loc.col + quote)
         return Code(value, origin, None)
 
-    # -- entities -----------------------------------------------------------
-    def params(self, raw: Mapping, at: tuple) -> tuple:
+    def constraints(self, raw: list, at: tuple = ("constraints",)) -> tuple:
         out = []
-        for name, value in (raw or {}).items():
-            here = at + (name,)
-            if isinstance(value, dict):
-                choices = tuple(value["choices"]) if "choices" in value else None
-                default = value["default"]
-                if isinstance(default, str):  # an expression over the dims, evaluated per call
-                    default = self.expr(default, here + ("default",))
-                out.append(Param(name, default, choices, value.get("doc", ""), self.doc.key_loc(here)))
+        for i, c in enumerate(raw or []):
+            here = at + (i,)
+            if isinstance(c, dict):
+                e = self.condition(c["expr"], here + ("expr",))
+                out.append(Constraint(e, c.get("message"), self.doc.loc(here)))
             else:
-                out.append(Param(name, value, None, "", self.doc.key_loc(here)))
+                out.append(Constraint(self.condition(c, here), None, self.doc.loc(here)))
         return tuple(out)
 
-    def operands(self, raw: Mapping, role: str, at: tuple, inputs: set) -> tuple:
+    @staticmethod
+    def _at(data: Mapping, at: tuple):
+        for key in at:
+            if not isinstance(data, Mapping) or key not in data:
+                return None
+            data = data[key]
+        return data
+
+
+class _Operands(_Parser):
+    """The inputs and outputs, with their initialisers."""
+
+    def operands(self, raw: Mapping, role: Role, at: tuple, inputs: set) -> tuple:
         out = []
         for name, spec in raw.items():
             here = at + (name,)
@@ -455,7 +541,62 @@ class _Builder:
             return None
         numbers = {k: float(raw[k]) for k in ("low", "high", "mean", "std") if k in raw}
         bound = self.expr(raw["bound"], at + ("bound",)) if "bound" in raw else None
-        return Init(raw["kind"], **numbers, of=raw.get("of"), dim=raw.get("dim", 0), bound_expr=bound, loc=self.doc.loc(at))
+        return Init(InitKind(raw["kind"]), **numbers, of=raw.get("of"), dim=raw.get("dim", 0), bound_expr=bound, loc=self.doc.loc(at))
+
+
+class _Variants(_Parser):
+    """The kernel as each backend sees it: params, grid, blocks, scratch, compiler params, and a
+    mesh kernel's mesh and pipelines, the spec's own overridden by each backend's."""
+
+    def variants(self, data: Mapping) -> dict:
+        base_params = self.params(data.get("params"), ("params",))
+        base_grid = self.grid(data.get("grid"), ("grid",))
+        base_blocks = self.blocks(data.get("blocks"), ("blocks",))
+        base_scratch = self.scratch(data.get("scratch"), ("scratch",))
+        base_body = self.code(("body",))
+        declared = data.get("backends") or {name: None for name in DEFAULT_BACKENDS}
+        out = {}
+        for name, over in declared.items():
+            over = over or {}
+            at = ("backends", name)
+            params = {p.name: p for p in base_params}
+            params.update({p.name: p for p in self.params(over.get("params"), at + ("params",))})
+            blocks = dict(base_blocks)
+            blocks.update(self.blocks(over.get("blocks"), at + ("blocks",)))
+            mesh_at = at + ("mesh",) if "mesh" in over else ("mesh",)
+            pipes_at = at + ("pipelines",) if "pipelines" in over else ("pipelines",)
+            refs = {k: MemorySpace(v) for k, v in {**(data.get("refs") or {}), **(over.get("refs") or {})}.items()}
+            out[name] = Variant(
+                backend=name,
+                grid=self.grid(over["grid"], at + ("grid",)) if "grid" in over else base_grid,
+                blocks=blocks,
+                params=tuple(params.values()),
+                scratch=self.scratch(over["scratch"], at + ("scratch",)) if "scratch" in over else base_scratch,
+                body=self.code(at + ("body",)) if "body" in over else base_body,
+                compiler_params=self.compiler_params(over.get("compiler_params"), at + ("compiler_params",)),
+                dtypes={k: tuple(v) for k, v in (over.get("dtypes") or {}).items()},
+                loc=self.doc.key_loc(at) if "backends" in data else self.doc.loc(()),
+                mesh=self.mesh(self._at(data, mesh_at), mesh_at),
+                pipelines=self.pipelines(self._at(data, pipes_at), pipes_at),
+                refs=refs,
+                mesh_loc=self.doc.key_loc(mesh_at) if self._at(data, mesh_at) is not None else None,
+                constraints=self.constraints(over.get("constraints"), at + ("constraints",)),
+            )
+        return out
+
+    def params(self, raw: Mapping, at: tuple) -> tuple:
+        out = []
+        for name, value in (raw or {}).items():
+            here = at + (name,)
+            if isinstance(value, dict):
+                choices = tuple(value["choices"]) if "choices" in value else None
+                default = value["default"]
+                if isinstance(default, str):  # an expression over the dims, evaluated per call
+                    default = self.expr(default, here + ("default",))
+                out.append(Param(name, default, choices, value.get("doc", ""), self.doc.key_loc(here)))
+            else:
+                out.append(Param(name, value, None, "", self.doc.key_loc(here)))
+        return tuple(out)
 
     def grid(self, raw: Any, at: tuple) -> tuple:
         if raw is None:
@@ -483,7 +624,7 @@ class _Builder:
                 spec.get("delay_release", 0),
                 tuple(kind for kind, _, _ in dims),
                 tuple(pad for _, _, pad in dims),
-                spec.get("memory_space"),
+                _member(MemorySpace, spec.get("memory_space")),
                 (spec.get("pipeline_mode") or {}).get("buffered"),
                 masked=bool(spec.get("masked", False)),
             )
@@ -509,8 +650,8 @@ class _Builder:
                     name,
                     shape,
                     spec.get("dtype"),
-                    spec.get("memory_space", "vmem"),
-                    spec.get("kind", "array"),
+                    MemorySpace(spec.get("memory_space", MemorySpace.VMEM)),
+                    ScratchKind(spec.get("kind", ScratchKind.ARRAY)),
                     spec.get("num_arrivals", 1),
                     self.doc.key_loc(here),
                     tuple((spec.get("transforms") or {}).get("tiling", ())),
@@ -520,54 +661,9 @@ class _Builder:
             )
         return tuple(out)
 
-    def variants(self, data: Mapping) -> dict:
-        base_params = self.params(data.get("params"), ("params",))
-        base_grid = self.grid(data.get("grid"), ("grid",))
-        base_blocks = self.blocks(data.get("blocks"), ("blocks",))
-        base_scratch = self.scratch(data.get("scratch"), ("scratch",))
-        base_body = self.code(("body",))
-        declared = data.get("backends") or {name: None for name in DEFAULT_BACKENDS}
-        out = {}
-        for name, over in declared.items():
-            over = over or {}
-            at = ("backends", name)
-            params = {p.name: p for p in base_params}
-            params.update({p.name: p for p in self.params(over.get("params"), at + ("params",))})
-            blocks = dict(base_blocks)
-            blocks.update(self.blocks(over.get("blocks"), at + ("blocks",)))
-            mesh_at = at + ("mesh",) if "mesh" in over else ("mesh",)
-            pipes_at = at + ("pipelines",) if "pipelines" in over else ("pipelines",)
-            refs = dict(data.get("refs") or {})
-            refs.update(over.get("refs") or {})
-            out[name] = Variant(
-                backend=name,
-                grid=self.grid(over["grid"], at + ("grid",)) if "grid" in over else base_grid,
-                blocks=blocks,
-                params=tuple(params.values()),
-                scratch=self.scratch(over["scratch"], at + ("scratch",)) if "scratch" in over else base_scratch,
-                body=self.code(at + ("body",)) if "body" in over else base_body,
-                compiler_params=self.compiler_params(over.get("compiler_params"), at + ("compiler_params",)),
-                dtypes={k: tuple(v) for k, v in (over.get("dtypes") or {}).items()},
-                loc=self.doc.key_loc(at) if "backends" in data else self.doc.loc(()),
-                mesh=self.mesh(self._at(data, mesh_at), mesh_at),
-                pipelines=self.pipelines(self._at(data, pipes_at), pipes_at),
-                refs=refs,
-                mesh_loc=self.doc.key_loc(mesh_at) if self._at(data, mesh_at) is not None else None,
-                constraints=self.constraints(over.get("constraints"), at + ("constraints",)),
-            )
-        return out
-
-    @staticmethod
-    def _at(data: Mapping, at: tuple):
-        for key in at:
-            if not isinstance(data, Mapping) or key not in data:
-                return None
-            data = data[key]
-        return data
-
     def mesh(self, raw: Mapping | None, at: tuple) -> tuple:
         out = []
-        for role in ("grid", "cluster", "threads", "cores"):
+        for role in MeshRole:
             for name, size in ((raw or {}).get(role) or {}).items():
                 here = at + (role, name)
                 out.append(MeshAxis(name, role, self.expr(size, here), self.doc.key_loc(here)))
@@ -578,7 +674,7 @@ class _Builder:
         for name, spec in (raw or {}).items():
             here = at + (name,)
             blocks = []
-            for role in ("in", "out"):
+            for role in PipeRole:
                 for op, b in (spec.get(role) or {}).items():
                     bat = here + (role, op)
                     shape = tuple(self.expr(v, bat + ("block_shape", i)) for i, v in enumerate(b["block_shape"]))
@@ -612,16 +708,10 @@ class _Builder:
             for k, v in (raw or {}).items()
         }
 
-    def cost(self, raw: Mapping | None) -> Cost | None:
-        if raw is None:
-            return None
-        at = ("cost_estimate",)
-        parts = {k: self.expr(raw[k], at + (k,)) if k in raw else None for k in ("flops", "transcendentals", "bytes_accessed")}
-        return Cost(**parts)
 
-    def call(self, raw: Mapping | None) -> CallOptions:
-        raw = raw or {}
-        return CallOptions(raw.get("name"), dict(raw.get("metadata") or {}), bool(raw.get("debug", False)))
+class _Runs(_Parser):
+    """What verify, bench and tune run the kernel on and against: cases, bench cases, families of
+    shapes, and the competitors."""
 
     def cases(self, raw: list, key: str = "cases") -> tuple:
         out = []
@@ -703,16 +793,25 @@ class _Builder:
             for name, c in (raw or {}).items()
         )
 
-    def constraints(self, raw: list, at: tuple = ("constraints",)) -> tuple:
-        out = []
-        for i, c in enumerate(raw or []):
-            here = at + (i,)
-            if isinstance(c, dict):
-                e = self.condition(c["expr"], here + ("expr",))
-                out.append(Constraint(e, c.get("message"), self.doc.loc(here)))
-            else:
-                out.append(Constraint(self.condition(c, here), None, self.doc.loc(here)))
-        return tuple(out)
+
+class _Call(_Parser):
+    """pallas_call's options: its name, metadata and debug flag, and the cost estimate."""
+
+    def call(self, raw: Mapping | None) -> CallOptions:
+        raw = raw or {}
+        return CallOptions(raw.get("name"), dict(raw.get("metadata") or {}), bool(raw.get("debug", False)))
+
+    def cost(self, raw: Mapping | None) -> Cost | None:
+        if raw is None:
+            return None
+        at = ("cost_estimate",)
+        parts = {k: self.expr(raw[k], at + (k,)) if k in raw else None for k in ("flops", "transcendentals", "bytes_accessed")}
+        return Cost(**parts)
+
+
+def _member(kind: type[enum.StrEnum], value: str | None):
+    """`value` as a member of `kind` (the schema allows only its values), or None."""
+    return None if value is None else kind(value)
 
 
 def _dims(inputs: tuple, params: set) -> tuple:
@@ -727,11 +826,12 @@ def _dims(inputs: tuple, params: set) -> tuple:
 def build(doc: Document) -> KernelSpec:
     """Build the model from a schema-valid document; raise SpecError on bad expressions."""
     data = doc.data
-    b = _Builder(doc)
+    errors: list[Diagnostic] = []
+    b, ops, runs, call = _Parser(doc, errors), _Operands(doc, errors), _Runs(doc, errors), _Call(doc, errors)
     input_names = set(data["inputs"])
-    inputs = b.operands(data["inputs"], "input", ("inputs",), input_names)
-    outputs = b.operands(data["outputs"], "output", ("outputs",), input_names)
-    variants = b.variants(data)
+    inputs = ops.operands(data["inputs"], Role.INPUT, ("inputs",), input_names)
+    outputs = ops.operands(data["outputs"], Role.OUTPUT, ("outputs",), input_names)
+    variants = _Variants(doc, errors).variants(data)
     spec = KernelSpec(
         name=data["name"],
         doc=data.get("doc", "").strip(),
@@ -742,25 +842,25 @@ def build(doc: Document) -> KernelSpec:
         dims=(),
         constraints=b.constraints(data.get("constraints")),
         reference=b.code(("reference",)),
-        cases=b.cases(data["cases"]),
+        cases=runs.cases(data["cases"]),
         tolerance=dict(data.get("tolerance") or {}),
         variants=variants,
         loc=doc.loc(()),
-        bench=b.cases(data.get("bench"), "bench"),
-        families=b.families(data.get("families")),
+        bench=runs.cases(data.get("bench"), "bench"),
+        families=runs.families(data.get("families")),
         kernel_sha=tuning.kernel_sha(data),
-        cost=b.cost(data.get("cost_estimate")),
+        cost=call.cost(data.get("cost_estimate")),
         sharding=_sharding.build(doc),
         aliases=dict(data.get("input_output_aliases") or {}),
         aliases_loc=doc.key_loc(("input_output_aliases",)) if "input_output_aliases" in data else None,
-        call=b.call(data.get("pallas_call")),
-        kind=data.get("kind", "pallas_call"),
+        call=call.call(data.get("pallas_call")),
+        kind=SpecKind(data.get("kind", SpecKind.PALLAS_CALL)),
         kind_loc=doc.loc(("kind",)) if "kind" in data else None,
         vjp=_vjp.build(doc),
-        competitors=b.competitors(data.get("competitors")),
+        competitors=runs.competitors(data.get("competitors")),
         reference_when_faster=bool((data.get("dispatch") or {}).get("reference_when_faster", False)),
     )
-    if b.errors:
-        raise SpecError(b.errors)
+    if errors:
+        raise SpecError(errors)
     all_params = {p.name for v in variants.values() for p in v.params}
     return dataclasses.replace(spec, dims=_dims(inputs, all_params))

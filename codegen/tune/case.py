@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable
 
 from kspec.codegen import tune as tn
 from kspec.codegen.backends.devices import peak_for
-from kspec.codegen.run.tasks import Task
+from kspec.codegen.run.tasks import Result, TuneTask
 from kspec.codegen.spec import tuning as tg
 
 
@@ -52,14 +52,14 @@ class CaseJob:
             base["load"] = "sustained"
         return base
 
-    def task(self, configs: list) -> Task:
-        return Task(spec_path=str(self.spec.path), kernel=self.spec.name, backend=self.variant.backend,
-                    case=self.case.name, case_index=self.index, dtypes=tuple(self.assign.items()),
-                    dtype_label=self.label, seed=self.seed, mode="tune", out_root=str(self.out_root), suite=self.suite,
-                    samples=self.samples, configs=tuple(tn.key(c) for c in configs), sustained=self.sustained)
+    def task(self, configs: list) -> TuneTask:
+        return TuneTask(spec_path=str(self.spec.path), kernel=self.spec.name, backend=self.variant.backend,
+                        case=self.case.name, case_index=self.index, dtypes=tuple(self.assign.items()),
+                        dtype_label=self.label, seed=self.seed, out_root=str(self.out_root), suite=self.suite,
+                        samples=self.samples, configs=tuple(tn.key(c) for c in configs), sustained=self.sustained)
 
 
-def tune_case(job: CaseJob, store, done: set, run: Callable[[Task, int, int], Iterable[dict]],
+def tune_case(job: CaseJob, store, done: set, run: Callable[[TuneTask, int, int], Iterable[Result]],
               say: Callable[[str], None]) -> bool:
     """Tune one job: statically pruned configs are recorded once (`done`: the keys recorded
     already), the others searched by the job's strategy, batch by batch, each batch a tune task
@@ -85,15 +85,16 @@ def tune_case(job: CaseJob, store, done: set, run: Callable[[Task, int, int], It
     started = 0
     while todo:
         for row in run(job.task(todo), started, planned):
-            entry = dict(base, params=row.get("params", {}), status=row["status"], ms=row.get("ms"),
-                         message=row["message"].splitlines()[0] if row["message"] else "")
-            if job.sustained and row.get("speedup") is not None:
-                entry.update(ref_ms=row["ref_ms"], speedup=row["speedup"], speedup_ci95=row["speedup_ci95"])
+            figures = row.extra
+            entry = dict(base, params=figures.get("params", {}), status=row.status.value, ms=figures.get("ms"),
+                         message=row.message.splitlines()[0] if row.message else "")
+            if job.sustained and figures.get("speedup") is not None:
+                entry.update(ref_ms=figures["ref_ms"], speedup=figures["speedup"], speedup_ci95=figures["speedup_ci95"])
             store.append(entry)
-            if row.get("params"):
-                tried[tn.key(row["params"])] = tg.cost(entry)
-            if row["status"] != "pass":
-                say(f"  rejected {entry['params']}: {row['status']}: {entry['message']}")
+            if figures.get("params"):
+                tried[tn.key(figures["params"])] = tg.cost(entry)
+            if not row.passed:
+                say(f"  rejected {entry['params']}: {row.status}: {entry['message']}")
         for cfg in todo:  # a config left without a result (its worker died) counts as tried
             tried.setdefault(tn.key(cfg), None)
         started += len(todo)

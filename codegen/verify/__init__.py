@@ -15,7 +15,7 @@ from kspec.codegen.spec import dtypes as dt
 from kspec.codegen.spec import tuning
 from kspec.codegen.backends import BACKENDS
 from kspec.codegen.run import kinds
-from kspec.codegen.run.tasks import DEFAULT_SCHEDULES, STATUSES, Task, result
+from kspec.codegen.run.tasks import DEFAULT_SCHEDULES, STATUSES, GradTask, LowerTask, RunTask, ShardedTask, result
 
 def matrix(compiled: list, *, backends: list, cases: list, suite: str = "cases"):
     """Every (compiled spec, backend, case index, case, dtype assignment, input-dtype label) the
@@ -47,17 +47,15 @@ def plan(
     tasks, skipped = [], []
     for k in range(repeat):
         for c, name, i, case, assign, label in matrix(compiled, backends=backends, cases=cases):
-            modes = ["lower" if lower else "run"]
+            common = dict(spec_path=str(c.path), kernel=c.spec.name, backend=name, case=case.name, case_index=i,
+                          dtypes=tuple(assign.items()), dtype_label=label, seed=seed + k,
+                          out_root=str(pipeline.out_root_for(c.path)))
+            planned = [LowerTask(**common) if lower else
+                       RunTask(**common, schedules=schedules, inputs=kinds.chosen(inputs, c.spec, assign, i))]
             if c.spec.vjp is not None and any(dt.is_float(assign[o.name]) for o in c.spec.inputs):
-                modes.append("lower-grad" if lower else "grad")
+                planned.append(LowerTask(**common, grad=True) if lower else GradTask(**common))
             why = _skip_reason(name, platform, lower) or _dtype_reason(c.spec.variants[name], assign, case)
-            for mode in modes:
-                task = Task(
-                    spec_path=str(c.path), kernel=c.spec.name, backend=name, case=case.name, case_index=i,
-                    dtypes=tuple(assign.items()), dtype_label=label, seed=seed + k, mode=mode,
-                    out_root=str(pipeline.out_root_for(c.path)), schedules=schedules,
-                    inputs=kinds.chosen(inputs, c.spec, assign, i) if mode == "run" else (kinds.NORMAL,),
-                )
+            for task in planned:
                 if not why:
                     tasks.append(task)
                 elif k == 0:
@@ -81,10 +79,9 @@ def plan_sharded(
     for c, name, i, case, assign, label in matrix(sharded, backends=backends, cases=cases):
         spec, sh = c.spec, c.spec.sharding
         found = sharding.case_checks(spec, case, sh.sizes(devices))
-        task = Task(spec_path=str(c.path), kernel=spec.name, backend=name, case=case.name, case_index=i,
-                    dtypes=tuple(assign.items()), dtype_label=label, seed=seed,
-                    mode="lower-sharded" if lower else "sharded", out_root=str(pipeline.out_root_for(c.path)),
-                    devices=devices)
+        task = ShardedTask(spec_path=str(c.path), kernel=spec.name, backend=name, case=case.name, case_index=i,
+                           dtypes=tuple(assign.items()), dtype_label=label, seed=seed,
+                           out_root=str(pipeline.out_root_for(c.path)), devices=devices, lower=lower)
         why = (
             _sharded_skip_reason(name, sh, devices, device_count, platform, lower)
             or _dtype_reason(spec.variants[name], assign, case)
@@ -114,11 +111,9 @@ def _skip_reason(backend: str, platform: str | None, lower: bool) -> str | None:
     info = BACKENDS[backend]
     if lower:
         return None if info.lowering_platform else "nothing to lower: runs in interpret mode"
-    if backend in ("interpret", "mosaic_tpu"):  # mosaic_tpu runs in TPU interpret mode off-TPU
+    if platform in info.platforms or info.simulated:  # runs here, or in TPU interpret mode
         return None
-    if platform not in info.platforms:
-        return f"needs a {'/'.join(info.platforms)} device; this machine's jax platform is {platform}"
-    return None
+    return f"needs a {'/'.join(info.platforms)} device; this machine's jax platform is {platform}"
 
 
 def _dtype_reason(variant, assign: dict, case=None) -> str | None:

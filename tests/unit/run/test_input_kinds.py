@@ -10,11 +10,11 @@ import numpy as np
 import pytest
 
 from kspec.codegen.run import compare, inputs, kinds
-from kspec.codegen.run.tasks import Task
+from kspec.codegen.run.tasks import RunTask
 from conftest import VALID_SPEC, build_spec, mutate
 
-TASK = Task(spec_path="specs/tiny.yaml", kernel="tiny", backend="interpret", case="c", case_index=0,
-            dtypes=(("x", "float32"),), dtype_label="float32", seed=5, mode="run", out_root="generated")
+TASK = RunTask(spec_path="specs/tiny.yaml", kernel="tiny", backend="interpret", case="c", case_index=0,
+               dtypes=(("x", "float32"),), dtype_label="float32", seed=5, out_root="generated")
 
 
 @dataclasses.dataclass
@@ -102,14 +102,3 @@ def test_the_other_kinds_are_judged_by_nan_inf_and_the_relative_error_norm():
     inf_ref[7] = np.inf
     assert compare.compare(ref, inf_ref, 1e-4, 1e-4, normwise=1e-3)["message"] == (
         "1 element(s) are not NaN/Inf as the reference's are")
-
-
-def test_a_task_is_built_by_name_and_its_mode_is_one_of_the_known():
-    import dataclasses
-
-    import pytest
-
-    with pytest.raises(TypeError):
-        Task("specs/tiny.yaml", "tiny", "interpret", "c", 0, (), "float32", 5, "run", "generated")
-    with pytest.raises(ValueError, match="unknown task mode 'sweep'; known: run, lower, grad, "):
-        dataclasses.replace(TASK, mode="sweep")

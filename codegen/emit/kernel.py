@@ -1,0 +1,87 @@
+"""One backend's module of the package: the function that checks a call, resolves its params
+and runs the kernel."""
+
+from __future__ import annotations
+
+from kspec.codegen.backends import BACKENDS
+from kspec.codegen.emit import blocks, mesh
+from kspec.codegen.emit.signature import Signature
+from kspec.codegen.emit.source import dtype_src, grid_indices, jnp_dtype, literal, tuple_src
+from kspec.codegen.spec.model import SpecKind, Variant
+
+
+def kernel(sig: Signature, variant: Variant) -> dict:
+    """The context of one backend's module: its pallas_call, or its mesh kernel."""
+    spec = sig.spec
+    backend = BACKENDS[variant.backend]
+    refs = [f"{o.name}_ref" for o in spec.call_order + spec.outputs] + [f"{s.name}_ref" for s in variant.scratch]
+    indices = grid_indices(variant)
+    kwargs = [p.name for p in variant.params] + list(spec.dims)
+    static = [p.name for p in variant.params] + (["interpret"] if backend.interpret == "interpret" else [])
+    static += ["residuals"] if sig.with_residuals else []
+    # manual_axis_type: inside jax.shard_map(check_vma=True) the outputs vary over the
+    # mesh axes the inputs vary over; outside it is empty and changes nothing.
+    varying = f"_signature.manual_axis_type({', '.join(sig.inputs)})"
+    out_shapes = [
+        f"jax.ShapeDtypeStruct({tuple_src(e.render() for e in o.shape)}, {dtype_src(spec, o)}, "
+        f"manual_axis_type={varying})"
+        for o in spec.outputs
+    ]
+    out_specs = [blocks.block_spec(spec, variant, o) for o in spec.outputs]
+    padded_inputs, padded_outputs, cropped = blocks.whole_blocks(spec, variant)
+    if cropped:
+        out_shapes = [
+            f"jax.ShapeDtypeStruct({padded_outputs.get(o.name) or tuple_src(e.render() for e in o.shape)}, "
+            f"{dtype_src(spec, o)}, manual_axis_type={varying})"
+            for o in spec.outputs
+        ]
+    input_docs = [
+        f"{o.name}: [{', '.join(e.shown for e in o.shape)}] "
+        f"{'same dtype as ' + o.follows if o.follows else ' | '.join(o.dtypes)}"
+        + (f". {o.doc.strip()}" if o.doc else "")
+        for o in spec.inputs
+    ]
+    out = dict(
+        sig.common(),
+        backend=backend,
+        body=variant.body.source,
+        kernel_refs=refs,
+        grid_indices=indices,  # {name: axis} of the named grid indices the body reads
+        kernel_kwargs=kwargs,
+        params=sig.params(variant),
+        signature=sig.signature_of(
+            variant,
+            (("interpret=False",) if backend.interpret == "interpret" else ())
+            + (("residuals=False",) if sig.with_residuals else ()),
+            tuned=True,
+        ),
+        tunable=[p.name for p in variant.params if p.resolved],
+        untuned=[p.name for p in variant.params if not p.resolved],
+        static_argnames=tuple_src(f'"{s}"' for s in static),
+        input_docs=input_docs,
+        out_shape=out_shapes[0] if len(out_shapes) == 1 else "[" + ", ".join(out_shapes) + "]",
+        grid=tuple_src(a.size.render() for a in variant.grid),
+        in_specs=[blocks.block_spec(spec, variant, o) for o in spec.call_order if not o.prefetch],
+        call_inputs=[o.name for o in spec.call_order],
+        num_scalar_prefetch=len(spec.prefetched),
+        aliases=blocks.aliases(spec),
+        alias_docs=[f"{o} is written in place of {i}" for o, i in spec.aliases.items()],
+        call_name=spec.call.name or spec.name,
+        metadata=literal(dict(sorted(spec.call.metadata.items()))) if spec.call.metadata else None,
+        debug=spec.call.debug,
+        out_specs=out_specs[0] if len(out_specs) == 1 else "[" + ", ".join(out_specs) + "]",
+        scratch_shapes=[blocks.scratch_shape(spec, variant, s) for s in variant.scratch],
+        compiler_params=blocks.compiler_params(variant.backend, variant.compiler_params),
+        dtype_limits=[(name, tuple_src(jnp_dtype(d) for d in allowed)) for name, allowed in variant.dtypes.items()],
+        cost_estimate=blocks.cost(spec),
+        padded_inputs=padded_inputs,
+        cropped=cropped,
+        with_residuals=sig.with_residuals,
+        residual_names=[o.name for o in spec.outputs if o.residual],
+        keep=blocks.keep(spec),
+    )
+    if spec.kind == SpecKind.MESH:
+        out.update(mesh.mesh(spec, variant))
+    elif backend.name == "mosaic_gpu":
+        out.update(mesh.gpu_pipeline(spec, variant))  # its compiler_params lose the pipeline's fields
+    return out

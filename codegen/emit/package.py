@@ -1,0 +1,114 @@
+"""The modules around the kernels: the package's __init__.py, reference.py (the reference and
+the competitors), _tuning.py (the tuned table) and _dispatch.py (what each backend needs of
+a call)."""
+
+from __future__ import annotations
+
+from kspec.codegen.backends import AUTO, BACKENDS
+from kspec.codegen.emit.signature import Signature
+from kspec.codegen.emit.source import literal, tuple_src
+from kspec.codegen.spec.expr import Expr
+
+
+def reference(sig: Signature) -> dict:
+    """reference.py: the reference and the competitors, as the spec writes them."""
+    base = next(iter(sig.spec.variants.values()))
+    competitors = [
+        {"name": c.name, "doc": c.doc or f"The `{c.name}` competitor.", "platforms": c.platforms,
+         "platforms_repr": repr(tuple(c.platforms)),
+         "body": c.body.source}
+        for c in sig.spec.competitors
+    ]
+    return dict(sig.common(), signature=sig.signature_of(base), reference=sig.spec.reference.source,
+                competitors=competitors)
+
+
+def tuning(sig: Signature, tuned: dict) -> dict:
+    """_tuning.py: the fastest config per device, backend, dtype and shape bucket in `tuned`
+    ({device kind: tuning entries}), and each backend's defaults."""
+    from kspec.codegen.spec import tuning as tg
+
+    table, slower = [], []
+    choices = tg.choices_of(sig.spec.variants)
+    for device_kind, entries in sorted(tuned.items()):
+        for (backend, dtype, bucket, fixed), params in tg.best(entries, sig.spec.kernel_sha, choices).items():
+            if backend in sig.spec.variants:
+                table.append((literal((device_kind, backend, dtype, bucket, fixed)), literal(params)))
+        if sig.spec.reference_when_faster:
+            for (backend, dtype, bucket, fixed), x in tg.slower(entries, sig.spec.kernel_sha, choices).items():
+                if backend in sig.spec.variants:
+                    slower.append((literal((device_kind, backend, dtype, bucket, fixed)), literal(x)))
+    defaults = [
+        (b, "{" + ", ".join(f"{p.name!r}: {p.default.render() if isinstance(p.default, Expr) else literal(p.default)}"
+                            for p in v.params if p.resolved) + "}")
+        for b, v in sig.spec.variants.items()
+    ]
+    constraint_params = sorted(
+        set().union(*(c.expr.names for c in sig.spec.constraints)) - set(sig.spec.dims)
+    ) if sig.spec.constraints else []
+    constraints = " and ".join(f"({c.expr.render()})" for c in sig.spec.constraints) or "True"
+    return dict(
+        sig.common(), table=table, defaults=defaults, constraint_params=constraint_params,
+        constraints=constraints, slower=slower, reference_when_faster=sig.spec.reference_when_faster,
+        dims_args=", ".join(sig.spec.dims),
+    )
+
+
+def dispatch(sig: Signature) -> dict:
+    """_dispatch.py: what each backend needs of a call (backends/requirements.py)."""
+    from kspec.codegen.backends import requirements as rq
+
+    spec = sig.spec
+    per_backend, sizes = [], {}
+    for name, v in spec.variants.items():
+        reqs = rq.requirements(spec, v)
+        per_backend.append({
+            "name": name,
+            "requirements": reqs,
+            "untuned": [(p.name, literal(p.default)) for p in v.params if not p.resolved],
+            "resolved": [p.name for p in v.params if p.resolved],
+        })
+        if any("_itemsize" in r.condition + r.reason for r in reqs):
+            sizes.update(rq.itemsizes(spec, v))
+    params = list(dict.fromkeys(p.name for v in spec.variants.values() for p in v.params))
+    package = init(sig, "")
+    return dict(
+        sig.common(),
+        backends_tuple=package["backends_tuple"], platforms=package["platforms"], auto=package["auto"],
+        dims_constraints=rq.dims_constraints(spec),
+        dims_args=", ".join(spec.dims),
+        dim_names=tuple_src(repr(d) for d in spec.dims),
+        dims_tuple=", ".join(spec.dims) + ("," if len(spec.dims) == 1 else ""),
+        per_backend=per_backend,
+        needs_itemsize=bool(sizes),
+        itemsize_dict="{" + ", ".join(f"{k!r}: {v}" for k, v in sizes.items()) + "}",
+        params=params,
+        params_dict="{" + ", ".join(f'"{p}": {p}' for p in params) + "}",
+        slower=spec.reference_when_faster,
+    )
+
+
+def init(sig: Signature, spec_path: str) -> dict:
+    """The package's __init__.py: its backends, the platforms they run on, and what auto picks."""
+    spec = sig.spec
+    backends = list(spec.variants)
+    platforms = {b: BACKENDS[b].platforms for b in backends}
+    # On each platform, the declared backends AUTO allows, in the spec's order.
+    auto = {p: tuple(b for b in backends if b in prefs) for p, prefs in AUTO.items()}
+    auto = {p: bs for p, bs in auto.items() if bs}
+    params = []
+    for v in spec.variants.values():
+        params += [p.name for p in v.params if p.name not in params]
+    return dict(
+        sig.common(),
+        spec_path=spec_path,
+        backends=backends,
+        backends_tuple=tuple_src(repr(b) for b in backends),
+        platforms=repr(platforms),
+        auto=repr(auto),
+        params=params,
+        params_dict="{" + ", ".join(f'"{p}": {p}' for p in params) + "}",
+        vjp=spec.vjp is not None,
+        vjp_reference_forward=spec.vjp is not None and not any(o.residual for o in spec.outputs),
+        reference_params=tuple_src(repr(p.name) for p in next(iter(spec.variants.values())).params),
+    )
