@@ -186,7 +186,7 @@ def _mosaic_tpu(spec: KernelSpec, variant: Variant) -> list:
 
 def _dtype_src(spec: KernelSpec, op) -> str:
     """Python source of the operand's dtype in a call: an input's own, or a fixed dtype's name."""
-    if op.role == "input" and op.follows is None:
+    if op.role == "input" and op.follows is None and not op.kernel:  # a kernel input's is fixed
         return f"{op.name}.dtype"
     if op.follows is not None:
         return _dtype_src(spec, spec.operand(op.follows))
@@ -221,10 +221,10 @@ def itemsizes(spec: KernelSpec, variant: Variant) -> list:
     """(name, Python source of its itemsize) for every operand and array scratch, the inputs
     read from the call's arrays."""
     out = []
-    by_name = {o.name: o for o in spec.operands}
+    by_name = {o.name: o for o in spec.facade + spec.operands}
 
     def of(o) -> str:
-        if o.role == "input" and o.follows is None:
+        if o.role == "input" and o.follows is None and not o.kernel:
             return f"jnp.dtype({o.name}.dtype).itemsize"
         if o.follows is not None:
             return of(by_name[o.follows])

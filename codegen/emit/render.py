@@ -8,6 +8,7 @@ spec renders Python that parses: render() checks that before returning.
 from __future__ import annotations
 
 import ast
+import dataclasses
 import functools
 import math
 import textwrap
@@ -225,6 +226,8 @@ class _Context:
                     competitors=competitors)
 
     def kernel(self, variant: Variant) -> dict:
+        if self.spec.wrapper is not None:
+            return self._wrapped(variant)
         spec = self.spec
         backend = BACKENDS[variant.backend]
         refs = [f"{o.name}_ref" for o in spec.call_order + spec.outputs] + [f"{s.name}_ref" for s in variant.scratch]
@@ -297,6 +300,34 @@ class _Context:
             out.update(self._mesh(variant))
         elif backend.name == "mosaic_gpu":
             out.update(self._pipeline(variant))  # its compiler_params lose the pipeline's fields
+        return out
+
+    def _wrapped(self, variant: Variant) -> dict:
+        """A backend module of a spec with a prologue or epilogue: the pallas_call on the kernel's
+        own operands (the kernel view's context), inside the function of the spec's inputs, which
+        runs the prologue before it and the epilogue after it."""
+        spec, w = self.spec, self.spec.wrapper
+        out = _Context(spec.kernel_view, self.import_path).kernel(variant)
+        facing = _Context(dataclasses.replace(spec, wrapper=None), self.import_path).kernel(variant)
+        for key in ("signature", "static_argnames", "input_docs", "returns", "with_residuals", "residual_names",
+                    "bind_params", "dims_lhs", "doc"):
+            out[key] = facing[key]
+        kernel_inputs, kernel_outputs = [o.name for o in w.inputs], [o.name for o in w.outputs]
+        static = [p.name for p in variant.params] + list(spec.dims)
+        out["wrapper"] = {
+            "user_inputs": self.inputs,
+            "kwargs": ", ".join(f"{k}={k}" for k in static),
+            "params": static,
+            "prologue": w.prologue.source if w.prologue is not None else None,
+            "epilogue": w.epilogue.source if w.epilogue is not None else None,
+            "kernel_inputs": kernel_inputs,
+            "kernel_outputs": kernel_outputs,
+            "kernel_inputs_lhs": ", ".join(kernel_inputs) + ("," if len(kernel_inputs) == 1 else ""),
+            "kernel_outputs_lhs": ", ".join(kernel_outputs),
+            "kernel_shapes": [(o.name, _tuple(e.render() for e in o.shape)) for o in w.inputs],
+            # the epilogue returns every output; the function, the others unless residuals=True
+            "keep": facing["keep"] if w.epilogue is not None else None,
+        }
         return out
 
     def _keep(self) -> str | None:

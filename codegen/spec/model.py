@@ -105,6 +105,7 @@ class Operand:
     kinds_loc: Location | None = None
     residual: bool = False  # an output written for the backward pass only: not returned, no gradient
     residual_loc: Location | None = None
+    kernel: bool = False  # a kernel operand of `kernel:`, made by the prologue or read by the epilogue
 
     @property
     def rank(self) -> int:
@@ -297,6 +298,18 @@ class Competitor:
 
 
 @dataclasses.dataclass(frozen=True)
+class Wrapper:
+    """Plain JAX around the kernel (`prologue:`, `epilogue:`) and the kernel's own operands
+    (`kernel:`): the generated function runs prologue, pallas_call, epilogue."""
+
+    prologue: Code | None
+    epilogue: Code | None
+    inputs: tuple  # of Operand: the pallas_call's inputs; () when they are the function's
+    outputs: tuple  # of Operand: the pallas_call's outputs; () when they are the function's
+    loc: Location
+
+
+@dataclasses.dataclass(frozen=True)
 class KernelSpec:
     name: str
     doc: str
@@ -324,6 +337,23 @@ class KernelSpec:
     vjp: _vjp.Vjp | None = None  # the `vjp:` section (codegen/spec/vjp.py)
     competitors: tuple = ()  # of Competitor
     reference_when_faster: bool = False  # dispatch.reference_when_faster
+    wrapper: Wrapper | None = None  # prologue, epilogue and the kernel's own operands
+    facade: tuple = ()  # kernel_view only: the function's inputs, whose dtypes kernel operands may share
+
+    @property
+    def kernel_view(self) -> KernelSpec:
+        """The spec as its pallas_call sees it: the kernel's own inputs and outputs in place of the
+        function's (dims and params stay the function's). The spec itself when it has no wrapper."""
+        w = self.wrapper
+        if w is None:
+            return self
+        return dataclasses.replace(self, inputs=w.inputs or self.inputs, outputs=w.outputs or self.outputs,
+                                   wrapper=None, facade=self.inputs)
+
+    @property
+    def kernel_only(self) -> tuple:
+        """The kernel operands that are not the function's own inputs or outputs."""
+        return (self.wrapper.inputs + self.wrapper.outputs) if self.wrapper else ()
 
     @property
     def sweep(self) -> tuple:
@@ -351,7 +381,7 @@ class KernelSpec:
         return tuple(o for o in self.outputs if not o.residual)
 
     def operand(self, name: str) -> Operand | None:
-        return next((o for o in self.operands if o.name == name), None)
+        return next((o for o in self.operands + self.facade if o.name == name), None)
 
     @property
     def backends(self) -> tuple:
@@ -703,6 +733,24 @@ class _Builder:
             for name, c in (raw or {}).items()
         )
 
+    def wrapper(self, data: Mapping, inputs: set) -> Wrapper | None:
+        """`prologue`, `epilogue` and `kernel:` (None when the spec has none of them)."""
+        if not any(k in data for k in ("prologue", "epilogue", "kernel")):
+            return None
+        kernel = data.get("kernel") or {}
+        kernel_inputs = self.operands(kernel.get("inputs") or {}, "input", ("kernel", "inputs"),
+                                      inputs | set(kernel.get("inputs") or {}))
+        kernel_outputs = self.operands(kernel.get("outputs") or {}, "output", ("kernel", "outputs"),
+                                       inputs | set(kernel.get("inputs") or {}))
+        first = next(k for k in ("kernel", "prologue", "epilogue") if k in data)
+        return Wrapper(
+            self.code(("prologue",)) if "prologue" in data else None,
+            self.code(("epilogue",)) if "epilogue" in data else None,
+            tuple(dataclasses.replace(o, kernel=True) for o in kernel_inputs),
+            tuple(dataclasses.replace(o, kernel=True) for o in kernel_outputs),
+            self.doc.key_loc((first,)),
+        )
+
     def constraints(self, raw: list, at: tuple = ("constraints",)) -> tuple:
         out = []
         for i, c in enumerate(raw or []):
@@ -759,6 +807,7 @@ def build(doc: Document) -> KernelSpec:
         vjp=_vjp.build(doc),
         competitors=b.competitors(data.get("competitors")),
         reference_when_faster=bool((data.get("dispatch") or {}).get("reference_when_faster", False)),
+        wrapper=b.wrapper(data, input_names),
     )
     if b.errors:
         raise SpecError(b.errors)
