@@ -22,7 +22,7 @@ def check(spec: KernelSpec) -> list:
         if code is None and operands:
             out.append(Diagnostic(
                 "E440", f"kernel.{role} are declared but no {what} {'makes' if role == 'inputs' else 'reads'} them",
-                operands[0].loc, f"add a `{what}:` that {'returns' if role == 'inputs' else 'takes'} "
+                operands[0].loc, f"add `{what}:`, which {'returns' if role == 'inputs' else 'takes'} "
                 f"{', '.join(o.name for o in operands)}, or drop kernel.{role}"))
         elif code is not None and not operands:
             out.append(Diagnostic(

@@ -322,7 +322,7 @@ class _Context:
             "epilogue": w.epilogue.source if w.epilogue is not None else None,
             "kernel_inputs": kernel_inputs,
             "kernel_outputs": kernel_outputs,
-            "kernel_inputs_lhs": ", ".join(kernel_inputs) + ("," if len(kernel_inputs) == 1 else ""),
+            "kernel_inputs_lhs": ", ".join(kernel_inputs),  # one: the prologue returns it, not a tuple
             "kernel_outputs_lhs": ", ".join(kernel_outputs),
             "kernel_shapes": [(o.name, _tuple(e.render() for e in o.shape)) for o in w.inputs],
             # the epilogue returns every output; the function, the others unless residuals=True
