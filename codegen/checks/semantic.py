@@ -636,9 +636,13 @@ def _case_bindings(spec: KernelSpec, case: Case) -> list:
                 )
             )
     all_params = {p.name for v in spec.variants.values() for p in v.params}
-    for key in case.params:
+    nullable = {p.name for v in spec.variants.values() for p in v.params if p.default is None}
+    for key, value in case.params.items():
         if key not in all_params:
             out.append(Diagnostic("E500", f"case `{case.name}` sets `{key}`, which is not a param", case.loc))
+        elif value is None and key not in nullable:
+            out.append(Diagnostic("E500", f"case `{case.name}` sets `{key}` to null, but its default is not null",
+                                  case.loc, "only a param with `default: null` takes None"))
     competitors = [c.name for c in spec.competitors]
     for name in case.min_speedup_over:
         if name not in competitors:
