@@ -124,6 +124,12 @@ MISUSE = {
          "  = help: give each operand, dim, param and scratch buffer its own name",
          "specs/around.yaml:16:63: error[E405]: block spec for unknown operand `h`"],
     ),
+    "kernel input named like an input, another dtype": (
+        ("    y: {shape: [M, N], dtype: float32}", "    x: {shape: [M, N], dtype: float32}"),
+        ("blocks: {y: ", "blocks: {x: "), ("h_ref[...] = y_ref", "h_ref[...] = x_ref"),
+        ["specs/around.yaml:10:31: error[E407]: kernel input x takes the name of input `x` but not its dtype",
+         "  = help: write `dtype: x`, or give the kernel input a name of its own"],
+    ),
     "kernel operand shape": (
         ("y: {shape: [M, N]", "y: {shape: [M, K]"),
         ["specs/around.yaml:10:20: error[E408]: y: `K` is not a dim bound by an input shape, nor a param",
@@ -139,8 +145,8 @@ MISUSE = {
 
 @pytest.mark.parametrize("what", MISUSE)
 def test_misuse_is_a_located_diagnostic(tmp_path, what):
-    replacement, expected = MISUSE[what]
-    out = _check(tmp_path, mutate(AROUND, replacement))
+    *replacements, expected = MISUSE[what]
+    out = _check(tmp_path, mutate(AROUND, *replacements))
     assert out[0] == 2 and out[1:-1] == expected, out
 
 

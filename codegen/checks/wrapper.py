@@ -73,6 +73,13 @@ def _own_nodes(tree: ast.AST):
         stack.extend(ast.iter_child_nodes(node))
 
 
+def _same_dtype(kernel_input, input) -> bool:
+    """Whether a kernel input has the dtype of the input whose name it takes, whatever the case."""
+    if kernel_input.follows is not None:
+        return kernel_input.follows in (input.name, input.follows)
+    return input.follows is None and tuple(input.dtypes) == tuple(kernel_input.dtypes)
+
+
 def _count(names: list) -> str:
     return f"{len(names)} value{'s' if len(names) != 1 else ''}"
 
@@ -83,8 +90,14 @@ def _operands(spec: KernelSpec) -> list:
     out = []
     own = {o.name for o in spec.inputs if o.follows is None} | {o.name for o in spec.wrapper.inputs if o.follows is None}
     scope = set(spec.dims) | {p.name for v in spec.variants.values() for p in v.params}
+    by_name = {o.name: o for o in spec.inputs}
     for op in spec.kernel_only:
-        if op.follows is not None and op.follows not in own:
+        same = by_name.get(op.name) if op.role == "input" else None
+        if same is not None and not _same_dtype(op, same):  # it takes the input's place: and its dtype
+            out.append(Diagnostic("E407", f"kernel input {op.name} takes the name of input `{op.name}` but not its dtype",
+                                  op.dtype_loc, f"write `dtype: {same.follows or op.name}`, or give the kernel input "
+                                  "a name of its own"))
+        elif op.follows is not None and op.follows not in own:
             out.append(Diagnostic("E407", f"{op.name}: dtype refers to input `{op.follows}`, which has no dtype of its own",
                                   op.dtype_loc, "an operand can only share the dtype of an input that has a dtype of its own"))
         elif op.follows is None and op.dtypes[0] not in dt.DTYPES:
