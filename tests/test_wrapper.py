@@ -215,3 +215,26 @@ def test_decode_attention_verifies_on_the_cpu(repo_copy):
     assert r.rc == 0, r.both[-3000:]
     rows = json.loads((repo_copy / "r.json").read_text())["results"]
     assert {(x["case"], x["status"]) for x in rows} == {("mqa", "pass"), ("gqa", "pass"), ("mha", "pass")}
+
+
+def test_a_race_under_an_epilogue_names_the_kernel_outputs(tmp_path):
+    """The planted carry across a parallel grid axis, with an epilogue: the outputs still differ between TPU
+    interpret schedules, and the report says that the output's writers are the kernel's outputs'."""
+    planted = (Path(__file__).parent / "planted" / "carry_parallel.yaml").read_text()
+    spec = mutate(
+        planted,
+        ('  o: {block_shape: [bm, N], index_map: "i -> (i, 0)"}', '  h: {block_shape: [bm, N], index_map: "i -> (i, 0)"}'),
+        ("  o_ref[...] = sums", "  h_ref[...] = sums"),
+        ("reference: |", "kernel:\n  outputs:\n    h: {shape: [M, N], dtype: float32}\nepilogue: |\n  return h\nreference: |"),
+    )
+    (tmp_path / "specs").mkdir()
+    (tmp_path / "specs" / "carry_parallel.yaml").write_text(spec)
+    assert invoke_kspec("generate", cwd=tmp_path).rc == 0
+    report = tmp_path / "r.json"
+    r = invoke_kspec("verify", "--seed", "7", "--json", report, cwd=tmp_path, timeout=600)
+    assert r.rc == 1, r.both[-2000:]
+    [row] = json.loads(report.read_text())["results"]
+    lines = row["message"].splitlines()
+    assert lines[0].startswith("the outputs depend on the schedule: output o at ")
+    assert lines[1].startswith("  o is the epilogue's, computed from the kernel's outputs (h), so its writers are not "
+                               "known; the parallel grid axes involved: i; "), lines
