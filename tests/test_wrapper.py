@@ -238,3 +238,16 @@ def test_a_race_under_an_epilogue_names_the_kernel_outputs(tmp_path):
     assert lines[0].startswith("the outputs depend on the schedule: output o at ")
     assert lines[1].startswith("  o is the epilogue's, computed from the kernel's outputs (h), so its writers are not "
                                "known; the parallel grid axes involved: i; "), lines
+
+
+def test_backend_auto_judges_the_kernel_operands_blocks():
+    """_dispatch reads the kernel's own blocks: three query heads per key/value head make the qg block
+    [3, D], which Triton cannot load, while no input of the function has a block of its own."""
+    import jax.numpy as jnp
+
+    from generated.decode_attention import _dispatch
+
+    q, k = jnp.zeros((1, 6, 64), jnp.float32), jnp.zeros((1, 128, 2, 64), jnp.float32)
+    assert _dispatch.why_not("triton", q, k, k, splits=2, bk=32) == (
+        "qg block (1, 1, 3, 64) is not all powers of two, which Triton needs")
+    assert _dispatch.why_not("triton", q[:, :4], k, k, splits=2, bk=32) is None

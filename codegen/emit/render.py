@@ -585,8 +585,9 @@ class _Context:
 
         spec = self.spec
         per_backend, sizes = [], {}
+        kernel = spec.kernel_view  # what the pallas_call takes: the kernel's own operands and blocks
         for name, v in spec.variants.items():
-            reqs = rq.requirements(spec, v)
+            reqs = rq.requirements(kernel, v)
             per_backend.append({
                 "name": name,
                 "requirements": reqs,
@@ -594,7 +595,7 @@ class _Context:
                 "resolved": [p.name for p in v.params if p.resolved],
             })
             if any("_itemsize" in r.condition + r.reason for r in reqs):
-                sizes.update(rq.itemsizes(spec, v))
+                sizes.update(rq.itemsizes(kernel, v))
         params = list(dict.fromkeys(p.name for v in spec.variants.values() for p in v.params))
         package = self.package("")
         return dict(
