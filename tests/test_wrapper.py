@@ -116,6 +116,11 @@ MISUSE = {
          "  = help: declare them under kernel.inputs, with their shapes and dtypes",
          "specs/around.yaml:14:10: error[E405]: block spec for unknown operand `y`"],
     ),
+    "sharding": (
+        ("vjp:", "sharding:\n  mesh: {d: 2}\n  specs: {x: [d], o: [d]}\nvjp:"),
+        ["specs/around.yaml:8:1: error[E440]: `sharding:` does not take a prologue or epilogue",
+         "  = help: shard the kernel without them, or drop `sharding:`"],
+    ),
     "kernel output named like an input": (
         ("    h: {shape", "    x: {shape"),
         ["specs/around.yaml:12:5: error[E400]: kernel output `x` has the same name as input `x`",
