@@ -171,6 +171,7 @@ SPECS = {
     "E432": mutate(MESH, ("      o: {view", "      y: {view")),
     "E440": mutate(V, *WRAPPED, ("epilogue: |\n  return h * 2\n", "")),
     "E441": mutate(V, *WRAPPED, ("return h * 2", "return h * 2, h")),
+    "E442": mutate(V, ("  x: {shape: [N], dtype: float32}\n", "  x: {shape: [N], dtype: float32}\n  y: {shape: [N], dtype: x, optional: true}\n")),
     "E420": vjp(("spec: dx.yaml", "spec: missing.yaml"), dx=None),
     "E421": vjp(("vjp:\n", "vjp:\n  residuals: [z]\n")),
     "E422": vjp(("{g: grad(o)}", "{g: grad(o), h: grad(o)}")),
@@ -277,6 +278,9 @@ EXPECTED = {
              '  = help: add `epilogue:`, which takes h, or drop kernel.outputs'],
     "E441": ['specs/bad.yaml:20:3: error[E441]: epilogue: returns 2 values but outputs has 1 value (o)',
              '  = help: return one value per name of outputs, in order: `return o`'],
+    "E442": ['specs/bad.yaml:8:3: error[E442]: optional input `y` needs a prologue and kernel.inputs: the kernel '
+             'never takes None, the prologue makes its inputs either way',
+             '  = help: add a prologue that handles None, e.g. zeros in its place'],
     "E420": ['specs/bad.yaml:22:13: error[E420]: backward spec `missing.yaml` cannot be read: No such file or directory', '  = help: name a spec file in the same folder as this one'],
     "E421": ['specs/bad.yaml:21:15: error[E421]: vjp.residuals: `z` is not an input or output of tiny'],
     "E422": ['specs/bad.yaml:23:31: error[E422]: dx.yaml: inputs: `h` is not an input of dx'],

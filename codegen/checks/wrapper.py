@@ -13,10 +13,10 @@ from kspec.codegen.spec.model import Code, KernelSpec
 
 
 def check(spec: KernelSpec) -> list:
+    out = _optional(spec)
     w = spec.wrapper
     if w is None:
-        return []
-    out = []
+        return out
     pairs = (("prologue", w.prologue, "inputs", w.inputs), ("epilogue", w.epilogue, "outputs", w.outputs))
     for what, code, role, operands in pairs:
         if code is None and operands:
@@ -37,6 +37,40 @@ def check(spec: KernelSpec) -> list:
     if w.epilogue is not None and w.outputs:
         out += _returns(w.epilogue, "epilogue", [o.name for o in spec.outputs], "outputs")
     return out + _operands(spec)
+
+
+def _optional(spec: KernelSpec) -> list:
+    """E442: an optional input (`optional: true`) is given to a prologue, which makes the kernel's inputs
+    either way; it comes after the required inputs, binds no dim alone, and no operand shares its dtype.
+    A case's `absent` names optional inputs."""
+    out = []
+    optional = [o for o in spec.inputs if o.optional]
+    required_dims = {e.source for o in spec.inputs if not o.optional for e in o.shape}
+    for op in optional:
+        problems = []
+        if spec.wrapper is None or spec.wrapper.prologue is None or not spec.wrapper.inputs:
+            problems.append(("needs a prologue and kernel.inputs: the kernel never takes None, the prologue makes "
+                             "its inputs either way", "add a prologue that handles None, e.g. zeros in its place"))
+        later = [o.name for o in spec.inputs[spec.inputs.index(op) + 1:] if not o.optional]
+        if later:
+            problems.append((f"comes before required input `{later[0]}`", "declare the optional inputs last"))
+        alone = [d for d in spec.dims if d in {e.source for e in op.shape} and d not in required_dims]
+        if alone:
+            problems.append((f"binds dim `{alone[0]}`, which no required input has", "use dims of the required inputs"))
+        if op.prefetch:
+            problems.append(("is a scalar-prefetch input", "prefetch a required input"))
+        followers = [o.name for o in spec.operands + spec.kernel_only if o.follows == op.name]
+        if followers:
+            problems.append((f"gives its dtype to `{followers[0]}`, which would have none without it",
+                             f"give {followers[0]} a dtype of its own"))
+        out += [Diagnostic("E442", f"optional input `{op.name}` {p}", op.loc, hint) for p, hint in problems]
+    names = {o.name for o in optional}
+    for case in spec.cases + spec.bench:
+        for name in case.absent:
+            if name not in names:
+                out.append(Diagnostic("E442", f"case `{case.name}`: absent `{name}` is not an optional input", case.loc,
+                                      did_you_mean(name, sorted(names)) or "mark the input `optional: true`"))
+    return out
 
 
 def _returns(code: Code, what: str, names: list, where: str) -> list:

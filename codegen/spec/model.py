@@ -106,6 +106,7 @@ class Operand:
     residual: bool = False  # an output written for the backward pass only: not returned, no gradient
     residual_loc: Location | None = None
     kernel: bool = False  # a kernel operand of `kernel:`, made by the prologue or read by the epilogue
+    optional: bool = False  # an input the function may be called without (None)
 
     @property
     def rank(self) -> int:
@@ -271,6 +272,7 @@ class Case:
     min_speedup: Any = None  # bench: the least speedup to measure, or {device kind prefix: it}
     min_speedup_over: Mapping[str, Any] = dataclasses.field(default_factory=dict)  # bench: {competitor: floor}
     min_speedup_over_locs: Mapping[str, Location] = dataclasses.field(default_factory=dict)  # competitor -> its key
+    absent: tuple = ()  # the optional inputs this case leaves out (None)
 
 
 MAX_FAMILY_SHAPES = 512  # shapes per family (E510): a sweep times each on every backend
@@ -476,6 +478,7 @@ class _Builder:
                     self.doc.loc(here + ("kinds",)) if "kinds" in spec else None,
                     bool(spec.get("residual", False)),
                     self.doc.loc(here + ("residual",)) if "residual" in spec else None,
+                    optional=bool(spec.get("optional", False)),
                 )
             )
         return tuple(out)
@@ -658,7 +661,7 @@ class _Builder:
         for i, case in enumerate(raw or []):
             here = (key, i)
             dims = {k: v for k, v in case.items()
-                    if k not in ("name", "dtype", "params", "tolerance", "min_speedup", "min_speedup_over")}
+                    if k not in ("name", "dtype", "params", "absent", "tolerance", "min_speedup", "min_speedup_over")}
             out.append(
                 Case(
                     case.get("name") or f"{'bench' if key == 'bench' else 'case'}{i}",
@@ -670,6 +673,7 @@ class _Builder:
                     case.get("min_speedup"),
                     dict(case.get("min_speedup_over") or {}),
                     {k: self.doc.key_loc(here + ("min_speedup_over", k)) for k in case.get("min_speedup_over") or {}},
+                    tuple(case.get("absent") or ()),
                 )
             )
         return tuple(out)
