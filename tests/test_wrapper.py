@@ -256,3 +256,22 @@ def test_backend_auto_judges_the_kernel_operands_blocks():
     assert _dispatch.why_not("triton", q, k, k, splits=2, bk=32) == (
         "qg block (1, 1, 3, 64) is not all powers of two, which Triton needs")
     assert _dispatch.why_not("triton", q[:, :4], k, k, splits=2, bk=32) is None
+
+
+def test_a_scratch_buffer_takes_the_dtype_of_an_input_of_either_kind(tmp_path):
+    """`dtype: x` (the function's input) and `dtype: y` (the kernel's) both resolve inside the backend function."""
+    proj = _project(tmp_path, mutate(AROUND, (
+        "body: |\n  h_ref[...] = y_ref[...] * 2",
+        "scratch:\n  a: {shape: [bm, N], dtype: x}\n  c: {shape: [bm, N], dtype: y}\nbody: |\n"
+        "  a_ref[...] = y_ref[...].astype(a_ref.dtype)\n  c_ref[...] = y_ref[...]\n  h_ref[...] = c_ref[...] * 2")))
+    assert invoke_kspec("check", "specs/around.yaml", cwd=proj).rc == 0
+    assert invoke_kspec("generate", cwd=proj).rc == 0
+    backend = (proj / "generated" / "around" / "interpret.py").read_text()
+    assert "pltpu.VMEM((bm, N), x.dtype),\n                pltpu.VMEM((bm, N), y.dtype)," in backend
+    out = _python(proj, """
+        import jax.numpy as jnp
+        from generated.around import interpret
+        x = jnp.linspace(-1.0, 1.0, 16 * 128).reshape(16, 128).astype(jnp.bfloat16)
+        print(float(jnp.abs(interpret.around(x).astype(jnp.float32) - (x.astype(jnp.float32) + 2)).max()))
+    """)
+    assert float(out) < 2e-2

@@ -267,6 +267,7 @@ def _dtypes(spec: KernelSpec) -> list:
                 continue
             hint = did_you_mean(name, list(dt.DTYPES) + sorted(inputs))
             out.append(Diagnostic("E401", f"{op.name}: unknown dtype `{name}`", op.dtype_loc, hint))
+    inputs |= {o.name for o in spec.kernel_only if o.role == "input"}  # a scratch buffer may take a kernel input's
     for s in (s for v in spec.variants.values() for s in v.scratch if s.kind in ("array", "accumulator")):
         if s.dtype is None:
             if s.kind == "array":  # an accumulator is float32 unless it says otherwise

@@ -535,7 +535,8 @@ class _Context:
 
     def _scratch_dtype(self, s) -> str:
         """A dtype name, or an input's name: that input's dtype at call time (`x.dtype`)."""
-        return f"{s.dtype}.dtype" if s.dtype in {o.name for o in self.spec.inputs} else jnp_dtype(s.dtype)
+        inputs = {o.name for o in self.spec.inputs + self.spec.facade}  # facade: the function's, in scope too
+        return f"{s.dtype}.dtype" if s.dtype in inputs else jnp_dtype(s.dtype)
 
     def _compiler_params(self, variant: Variant) -> str | None:
         return self._params_call(variant.backend, variant.compiler_params)
