@@ -131,3 +131,22 @@ def test_misuse_is_e442(tmp_path, what):
     _write(tmp_path, mutate(BIASED, *replacements))
     r = invoke_kspec("check", "specs/biased.yaml", cwd=tmp_path)
     assert (r.rc, r.out.splitlines()[:-1]) == (2, expected), r.out
+
+
+def test_the_gradient_of_either_variant(tmp_path):
+    """A differentiable spec with an optional input (held out of the gradient by no_grad): jax.grad through
+    the function with and without it, as verify's grad rows take it."""
+    from test_wrapper import AROUND_DX
+
+    spec = mutate(BIASED, ("return x if bias is None else x + bias", "return x if bias is None else x + lax.stop_gradient(bias)"))
+    _write(tmp_path, spec + "vjp:\n  no_grad: [bias]\n  backward:\n    - spec: around_dx.yaml\n"
+                            "      inputs: {g: grad(o)}\n      grads: {dx: x}\n")
+    (tmp_path / "specs" / "around_dx.yaml").write_text(AROUND_DX)
+    assert invoke_kspec("generate", cwd=tmp_path).rc == 0
+    report = tmp_path / "r.json"
+    r = invoke_kspec("verify", "specs/biased.yaml", "--backend", "interpret", "--seed", "4", "--json", report,
+                     cwd=tmp_path, timeout=600)
+    assert r.rc == 0, r.both[-2000:]
+    rows = json.loads(report.read_text())["results"]
+    grads = {(x["case"], x["dtype"]) for x in rows if x["kernel"] == "biased" and x["mode"] == "grad" and x["status"] == "pass"}
+    assert grads == {(c, d) for c in ("with_bias", "without") for d in ("float32", "bfloat16")}
