@@ -307,7 +307,8 @@ def _eval(node: ast.AST, env: Mapping[str, Any]) -> Any:
     if isinstance(node, ast.Tuple):
         return tuple(_eval(e, env) for e in node.elts)
     if isinstance(node, ast.Subscript):
-        seq = _eval(node.value, env)
+        value = node.value  # a scalar-prefetch ref: its values, or None where only the run knows them
+        seq = env[value.id] if isinstance(value, ast.Name) and value.id in env else _eval(value, env)
         index = _eval(node.slice, env)
         if seq is None:
             raise NotEvaluable(ast.unparse(node))
