@@ -275,3 +275,20 @@ def test_a_scratch_buffer_takes_the_dtype_of_an_input_of_either_kind(tmp_path):
         print(float(jnp.abs(interpret.around(x).astype(jnp.float32) - (x.astype(jnp.float32) + 2)).max()))
     """)
     assert float(out) < 2e-2
+
+
+def test_bench_times_and_checks_the_whole_function(tmp_path):
+    """bench's check of a timed call compares the function's outputs, epilogue included, with the reference."""
+    def bench(around: str) -> dict:
+        _project(tmp_path, around)
+        assert invoke_kspec("generate", cwd=tmp_path).rc == 0
+        report = tmp_path / "b.json"
+        invoke_kspec("bench", "specs/around.yaml", "--backend", "interpret", "--samples", "3", "--seed", "1",
+                     "--json", report, cwd=tmp_path, timeout=600)
+        rows = json.loads(report.read_text())["results"]
+        return {(x["case"], x["dtype"]): x["status"] for x in rows if x["kernel"] == "around"}
+
+    runs = [("case0", "float32"), ("case0", "bfloat16"), ("ragged", "bfloat16")]
+    assert bench(AROUND) == {run: "pass" for run in runs}
+    off = mutate(AROUND, ("return (h - x.astype(jnp.float32))", "return (h - x.astype(jnp.float32) + 1)"))
+    assert bench(off) == {run: "fail" for run in runs}
