@@ -1,6 +1,7 @@
-"""E440, E441 and the kernel operands' dtypes and shapes: the code around the kernel (`prologue:`,
-`epilogue:`) and the kernel's own operands (`kernel:`). The code is parsed, never run; its syntax
-and imports are checked with the other code (E600, E601), the names it reads by names.py (E602).
+"""E440 to E442 and the kernel operands' dtypes and shapes: the code around the kernel (`prologue:`,
+`epilogue:`), the kernel's own operands (`kernel:`) and the optional inputs the prologue takes
+(`optional: true`, a case's `absent:`). The code is parsed, never run; its syntax and imports are
+checked with the other code (E600, E601), the names it reads by names.py (E602).
 """
 
 from __future__ import annotations
