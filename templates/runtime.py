@@ -45,7 +45,7 @@ def bucket(dims):
 
 def dtype_label(inputs):
     """The inputs' dtypes, each named once in order: "float32" or "bfloat16,float32"."""
-    return dtype_label_of(str(x.dtype) for x in inputs)
+    return dtype_label_of(str(x.dtype) for x in inputs if x is not None)  # None: an absent optional input
 
 
 def dtype_label_of(names):

@@ -106,6 +106,14 @@ RESIDUAL_T = (
 )
 
 
+# The valid spec as a kernel that writes h = x, with an epilogue that doubles it (`return h * 2`).
+WRAPPED = (
+    (O_BLOCK, 'h: {block_shape: [bs], index_map: "i -> (i,)"}'),
+    (BODY, "h_ref[...] = x_ref[...]"),
+    ("reference:", "kernel:\n  outputs:\n    h: {shape: [N], dtype: x}\nepilogue: |\n  return h * 2\nreference:"),
+)
+
+
 def vjp(*replacements: tuple, dx: str | None = DX) -> dict:
     """specs/bad.yaml: the valid spec with a `vjp:` section (and `replacements`), and
     specs/dx.yaml, its backward kernel (`dx`; None: no such file)."""
@@ -161,6 +169,9 @@ SPECS = {
     "E430": mutate(V, ("cases:", "mesh:\n  cores: {core: 2}\ncases:")),
     "E431": mutate(MESH, ("  grid: {sm: 2}", "  cores: {core: 2}")),
     "E432": mutate(MESH, ("      o: {view", "      y: {view")),
+    "E440": mutate(V, *WRAPPED, ("epilogue: |\n  return h * 2\n", "")),
+    "E441": mutate(V, *WRAPPED, ("return h * 2", "return h * 2, h")),
+    "E442": mutate(V, ("  x: {shape: [N], dtype: float32}\n", "  x: {shape: [N], dtype: float32}\n  y: {shape: [N], dtype: x, optional: true}\n")),
     "E420": vjp(("spec: dx.yaml", "spec: missing.yaml"), dx=None),
     "E421": vjp(("vjp:\n", "vjp:\n  residuals: [z]\n")),
     "E422": vjp(("{g: grad(o)}", "{g: grad(o), h: grad(o)}")),
@@ -263,6 +274,13 @@ EXPECTED = {
     "E430": ['specs/bad.yaml:18:1: error[E430]: interpret: `mesh`, `pipelines` and `refs` belong to mesh kernels', '  = help: add `kind: mesh` at the top of the spec, or remove them'],
     "E431": ['specs/bad.yaml:10:1: error[E431]: mosaic_gpu: the mesh needs a `grid`', '  = help: e.g. `grid: {sm: num_sms}` for a persistent kernel', 'specs/bad.yaml:11:11: error[E431]: mosaic_gpu: mesh `cores` is not a mosaic_gpu mesh axis', '  = help: mosaic_gpu meshes take grid, cluster, threads'],
     "E432": ['specs/bad.yaml:18:7: error[E432]: mosaic_gpu: pipeline steps: block for unknown operand `y`'],
+    "E440": ['specs/bad.yaml:18:5: error[E440]: kernel.outputs are declared but no epilogue reads them',
+             '  = help: add `epilogue:`, which takes h, or drop kernel.outputs'],
+    "E441": ['specs/bad.yaml:20:3: error[E441]: epilogue: returns 2 values but outputs has 1 value (o)',
+             '  = help: return one value per name of outputs, in order: `return o`'],
+    "E442": ['specs/bad.yaml:8:3: error[E442]: optional input `y` needs a prologue and kernel.inputs: the kernel '
+             'never takes None, the prologue makes its inputs either way',
+             '  = help: add a prologue that handles None, e.g. zeros in its place'],
     "E420": ['specs/bad.yaml:22:13: error[E420]: backward spec `missing.yaml` cannot be read: No such file or directory', '  = help: name a spec file in the same folder as this one'],
     "E421": ['specs/bad.yaml:21:15: error[E421]: vjp.residuals: `z` is not an input or output of tiny'],
     "E422": ['specs/bad.yaml:23:31: error[E422]: dx.yaml: inputs: `h` is not an input of dx'],

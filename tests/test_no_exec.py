@@ -345,11 +345,14 @@ def test_the_names_the_templates_bind_are_reserved():
     for path in pipeline.discover([], root=REPO):
         compiled = pipeline.compile_spec(path)
         spec, linked = compiled.spec, {b.name for b in compiled.linked}
-        own = {o.name for o in spec.operands} | {f"{o.name}_ref" for o in spec.operands} | set(spec.dims)
+        operands = spec.operands + spec.kernel_only
+        own = {o.name for o in operands} | {f"{o.name}_ref" for o in operands} | set(spec.dims)
         for v in spec.variants.values():
             own |= {p.name for p in v.params} | {a.name for a in v.grid if a.name} | {f"{s.name}_ref" for s in v.scratch}
             own |= _code_names(v.body)
         own |= _code_names(spec.reference) | {n for c in spec.competitors for n in _code_names(c.body)}
+        wrapped = (spec.wrapper.prologue, spec.wrapper.epilogue) if spec.wrapper else ()
+        own |= {n for code in wrapped if code is not None for n in _code_names(code)}
 
         def theirs(name: str) -> bool:
             return name.startswith("_") or name in own or spec.name in name or any(b in name for b in linked)

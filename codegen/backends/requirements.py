@@ -187,10 +187,10 @@ def _mosaic_tpu(spec: KernelSpec, variant: Variant) -> list:
 
 def _dtype_src(spec: KernelSpec, op) -> str:
     """Python source of the operand's dtype in a call: an input's own, or a fixed dtype's name."""
-    if op.role == Role.INPUT and op.follows is None:
+    if op.role == Role.INPUT and op.follows is None and not op.kernel:  # a kernel input's is fixed
         return f"{op.name}.dtype"
-    if op.follows is not None:
-        return _dtype_src(spec, spec.operand(op.follows))
+    if op.follows is not None:  # a kernel operand's `dtype: x` is the function's input x
+        return _dtype_src(spec, next((o for o in spec.facade if o.name == op.follows), None) or spec.operand(op.follows))
     return repr(op.dtypes[0])
 
 
@@ -222,10 +222,10 @@ def itemsizes(spec: KernelSpec, variant: Variant) -> list:
     """(name, Python source of its itemsize) for every operand and array scratch, the inputs
     read from the call's arrays."""
     out = []
-    by_name = {o.name: o for o in spec.operands}
+    by_name = {o.name: o for o in spec.operands + spec.facade}  # a kernel operand's `dtype: x` is the input x
 
     def of(o) -> str:
-        if o.role == Role.INPUT and o.follows is None:
+        if o.role == Role.INPUT and o.follows is None and not o.kernel:
             return f"jnp.dtype({o.name}.dtype).itemsize"
         if o.follows is not None:
             return of(by_name[o.follows])

@@ -70,10 +70,10 @@ class DtypeAssignments:
 
     def _assign(self, combo) -> dict:
         assign = dict(zip((name for name, _ in self.choices), combo))
-        for op in self.spec.operands:
+        for op in self.spec.operands + self.spec.kernel_only:  # kernel operands: a fixed dtype or an input's
             if op.follows is not None:
                 assign[op.name] = assign[op.follows]
-            elif op.role == Role.OUTPUT:
+            elif op.role == Role.OUTPUT or op.kernel:
                 assign[op.name] = op.dtypes[0]
         return assign
 

@@ -53,12 +53,26 @@ def check(spec: KernelSpec) -> list:
     out += _unknown(spec.reference, "reference", reference_scope)
     for c in spec.competitors:
         out += _unknown(c.body, f"competitor `{c.name}`", reference_scope)
+    out += _wrapper(spec, params | dims)
     seen = set()
     for variant in spec.variants.values():
         if variant.body.origin in seen:
             continue  # one body shared by several backends: its names are checked against the first
         seen.add(variant.body.origin)
-        out += _unknown(variant.body, "body", _kernel_scope(spec, variant))
+        out += _unknown(variant.body, "body", _kernel_scope(spec.kernel_view, variant))
+    return out
+
+
+def _wrapper(spec: KernelSpec, static: set) -> list:
+    """The prologue reads the inputs, the epilogue the kernel's outputs and the inputs; both the
+    params, the dims and the imports of the backend modules they are rendered into."""
+    w = spec.wrapper
+    if w is None:
+        return []
+    scope = {o.name for o in spec.inputs} | static | template_imports("kernel.py.j2")
+    out = _unknown(w.prologue, "prologue", scope) if w.prologue is not None else []
+    if w.epilogue is not None:
+        out += _unknown(w.epilogue, "epilogue", scope | {o.name for o in w.outputs})
     return out
 
 

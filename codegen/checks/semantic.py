@@ -21,6 +21,7 @@ from typing import Any
 from kspec.codegen.spec import dtypes as dt
 from kspec.codegen.checks import mesh as _mesh
 from kspec.codegen.checks import names as code_names
+from kspec.codegen.checks import wrapper as _wrapper
 from kspec.codegen.backends import BACKENDS
 from kspec.codegen.diagnostics import Diagnostic, did_you_mean
 from kspec.codegen.spec.expr import Expr, ExprError, IndexMap
@@ -60,11 +61,12 @@ ALLOWED_IMPORT_ROOTS = frozenset({"jax", "numpy"}) | frozenset(sys.stdlib_module
 
 
 def check(spec: KernelSpec) -> list[Diagnostic]:
-    diags = _names(spec) + _dtypes(spec) + _code(spec)
-    diags += _prefetch(spec) + _inits(spec) + _aliases(spec) + _residuals(spec)
+    kernel = spec.kernel_view  # blocks, bodies and the hardware rules see the kernel's own operands
+    diags = _names(spec) + _dtypes(spec) + _code(spec) + _wrapper.check(spec)
+    diags += _prefetch(kernel) + _inits(spec) + _aliases(kernel) + _residuals(spec)
     for variant in spec.variants.values():
-        diags += _structure(spec, variant) + _backend_surface(spec, variant) + _tune_space(variant)
-        diags += _mesh.structure(spec, variant, _unknown)
+        diags += _structure(kernel, variant) + _backend_surface(kernel, variant) + _tune_space(variant)
+        diags += _mesh.structure(kernel, variant, _unknown)
     if spec.cost is not None:
         scope = set(spec.dims) | {p.name for v in spec.variants.values() for p in v.params}
         for e in (spec.cost.flops, spec.cost.transcendentals, spec.cost.bytes_accessed):
@@ -105,7 +107,7 @@ def _per_case(spec: KernelSpec, cases: tuple, budget: list | None) -> list:
             first = next(supported, None)
             if first is None or unmet(variant, case):
                 continue  # the backend does not take this case: verify skips it
-            inst, found = instantiate(spec, variant, case, first, budget=budget)
+            inst, found = instantiate(spec.kernel_view, variant, case, first, budget=budget)
             diags += found
             if inst is not None:
                 diags += rules.check(inst)
@@ -158,7 +160,8 @@ def _unread_params(spec: KernelSpec, v: Variant) -> list:
     """W901: a param with several choices that nothing in this backend's kernel reads: `kspec tune`
     would compile and time the same kernel once per choice (e.g. a top-level block size that a
     backend's own grid and blocks replace)."""
-    read = _reads(v) | _reads((spec.inputs, spec.outputs, spec.constraints, spec.cost, spec.reference, spec.vjp))
+    read = _reads(v) | _reads((spec.inputs, spec.outputs, spec.constraints, spec.cost, spec.reference, spec.vjp,
+                               spec.wrapper))
     return [
         Diagnostic(
             "W901",
@@ -216,9 +219,13 @@ def _names(spec: KernelSpec) -> list:
 
     claim(spec.name, "kernel", spec.loc)
     owners.pop(spec.name, None)
-    for op in spec.operands:
-        claim(op.name, f"{op.role}", op.loc)
-        claim(op.name + "_ref", f"{op.role} ref", op.loc)
+    inputs = {o.name for o in spec.inputs}
+    for op in spec.operands + spec.kernel_only:
+        if op.kernel and op.role == "input" and op.name in inputs:
+            continue  # a kernel input may take an input's name: what the prologue returns for it
+        role = f"kernel {op.role}" if op.kernel else op.role  # a kernel operand is a local of the function
+        claim(op.name, role, op.loc)
+        claim(op.name + "_ref", f"{role} ref", op.loc)
     for variant in spec.variants.values():
         for p in variant.params:
             claim(p.name, "param", p.loc)
@@ -260,6 +267,7 @@ def _dtypes(spec: KernelSpec) -> list:
                 continue
             hint = did_you_mean(name, list(dt.DTYPES) + sorted(inputs))
             out.append(Diagnostic("E401", f"{op.name}: unknown dtype `{name}`", op.dtype_loc, hint))
+    inputs |= {o.name for o in spec.kernel_only if o.role == Role.INPUT}  # a scratch buffer may take a kernel input's
     arrays = (ScratchKind.ARRAY, ScratchKind.ACCUMULATOR)
     for s in (s for v in spec.variants.values() for s in v.scratch if s.kind in arrays):
         if s.dtype is None:
@@ -278,6 +286,9 @@ def _code(spec: KernelSpec) -> list:
     out = _parse_code(spec.reference, "reference")
     for c in spec.competitors:
         out += _parse_code(c.body, f"competitor `{c.name}`")
+    if spec.wrapper is not None:
+        out += [d for what in ("prologue", "epilogue") if getattr(spec.wrapper, what) is not None
+                for d in _parse_code(getattr(spec.wrapper, what), what)]
     bodies = {v.body.origin: v.body for v in spec.variants.values()}
     for body in bodies.values():
         out += _parse_code(body, "body")
@@ -627,9 +638,13 @@ def _case_bindings(spec: KernelSpec, case: Case) -> list:
                 )
             )
     all_params = {p.name for v in spec.variants.values() for p in v.params}
-    for key in case.params:
+    nullable = {p.name for v in spec.variants.values() for p in v.params if p.default is None}
+    for key, value in case.params.items():
         if key not in all_params:
             out.append(Diagnostic("E500", f"case `{case.name}` sets `{key}`, which is not a param", case.loc))
+        elif value is None and key not in nullable:
+            out.append(Diagnostic("E500", f"case `{case.name}` sets `{key}` to null, but its default is not null",
+                                  case.loc, "only a param with `default: null` takes None"))
     competitors = [c.name for c in spec.competitors]
     for name in case.min_speedup_over:
         if name not in competitors:

@@ -11,7 +11,8 @@ import difflib
 from typing import Iterable
 
 # code -> one-line title. Grouped by pipeline stage: E1xx loading, E2xx schema,
-# E3xx expressions, E4xx structure (E416 to E418: residual outputs; E42x: vjp),
+# E3xx expressions, E4xx structure (E416 to E418: residual outputs; E42x: vjp; E43x: mesh
+# kernels; E44x: prologue, epilogue and optional inputs),
 # E5xx per-case checks, E6xx Python code, E7xx backend hardware rules, E8xx sharding;
 # W9xx warnings.
 CODES: dict[str, str] = {
@@ -72,6 +73,9 @@ CODES: dict[str, str] = {
     "E430": "mesh-kernel section in the wrong kind of spec",
     "E431": "mesh missing or not valid for the backend",
     "E432": "invalid pipeline, ref or cluster barrier of a mesh kernel",
+    "E440": "prologue or epilogue without the kernel operands it makes or reads",
+    "E441": "prologue or epilogue returns the wrong number of values",
+    "E442": "invalid optional input or absent",
     "E500": "case does not bind every dim",
     "E501": "constraint violated",
     "E502": "index_map result out of bounds",

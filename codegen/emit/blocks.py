@@ -59,7 +59,8 @@ def scratch_shape(spec: KernelSpec, variant: Variant, s) -> str:
 
 def _scratch_dtype(spec: KernelSpec, s) -> str:
     """A dtype name, or an input's name: that input's dtype at call time (`x.dtype`)."""
-    return f"{s.dtype}.dtype" if s.dtype in {o.name for o in spec.inputs} else jnp_dtype(s.dtype)
+    inputs = {o.name for o in spec.inputs + spec.facade}  # facade: the function's, in scope too
+    return f"{s.dtype}.dtype" if s.dtype in inputs else jnp_dtype(s.dtype)
 
 
 def compiler_params(backend: str, params: dict) -> str | None:

@@ -3,6 +3,8 @@ and runs the kernel."""
 
 from __future__ import annotations
 
+import dataclasses
+
 from kspec.codegen.backends import BACKENDS
 from kspec.codegen.emit import blocks, mesh
 from kspec.codegen.emit.signature import Signature
@@ -12,6 +14,8 @@ from kspec.codegen.spec.model import SpecKind, Variant
 
 def kernel(sig: Signature, variant: Variant) -> dict:
     """The context of one backend's module: its pallas_call, or its mesh kernel."""
+    if sig.spec.wrapper is not None:
+        return _wrapped(sig, variant)
     spec = sig.spec
     backend = BACKENDS[variant.backend]
     refs = [f"{o.name}_ref" for o in spec.call_order + spec.outputs] + [f"{s.name}_ref" for s in variant.scratch]
@@ -84,4 +88,33 @@ def kernel(sig: Signature, variant: Variant) -> dict:
         out.update(mesh.mesh(spec, variant))
     elif backend.name == "mosaic_gpu":
         out.update(mesh.gpu_pipeline(spec, variant))  # its compiler_params lose the pipeline's fields
+    return out
+
+
+def _wrapped(sig: Signature, variant: Variant) -> dict:
+    """A backend module of a spec with a prologue or epilogue: the pallas_call on the kernel's
+    own operands (the kernel view's context), inside the function of the spec's inputs, which
+    runs the prologue before it and the epilogue after it."""
+    spec, w = sig.spec, sig.spec.wrapper
+    out = kernel(Signature(spec.kernel_view, sig.import_path), variant)
+    facing = kernel(Signature(dataclasses.replace(spec, wrapper=None), sig.import_path), variant)
+    for key in ("signature", "static_argnames", "input_docs", "returns", "with_residuals", "residual_names",
+                "bind_params", "dims_lhs", "doc"):
+        out[key] = facing[key]
+    kernel_inputs, kernel_outputs = [o.name for o in w.inputs], [o.name for o in w.outputs]
+    static = [p.name for p in variant.params] + list(spec.dims)
+    out["wrapper"] = {
+        "user_inputs": sig.inputs,
+        "kwargs": ", ".join(f"{k}={k}" for k in static),
+        "params": static,
+        "prologue": w.prologue.source if w.prologue is not None else None,
+        "epilogue": w.epilogue.source if w.epilogue is not None else None,
+        "kernel_inputs": kernel_inputs,
+        "kernel_outputs": kernel_outputs,
+        "kernel_inputs_lhs": ", ".join(kernel_inputs),  # one: the prologue returns it, not a tuple
+        "kernel_outputs_lhs": ", ".join(kernel_outputs),
+        "kernel_shapes": [(o.name, tuple_src(e.render() for e in o.shape)) for o in w.inputs],
+        # the epilogue returns every output; the function, the others unless residuals=True
+        "keep": facing["keep"] if w.epilogue is not None else None,
+    }
     return out

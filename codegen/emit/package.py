@@ -60,8 +60,9 @@ def dispatch(sig: Signature) -> dict:
 
     spec = sig.spec
     per_backend, sizes = [], {}
+    kernel = spec.kernel_view  # what the pallas_call takes: the kernel's own operands and blocks
     for name, v in spec.variants.items():
-        reqs = rq.requirements(spec, v)
+        reqs = rq.requirements(kernel, v)
         per_backend.append({
             "name": name,
             "requirements": reqs,
@@ -69,7 +70,7 @@ def dispatch(sig: Signature) -> dict:
             "resolved": [p.name for p in v.params if p.resolved],
         })
         if any("_itemsize" in r.condition + r.reason for r in reqs):
-            sizes.update(rq.itemsizes(spec, v))
+            sizes.update(rq.itemsizes(kernel, v))
     params = list(dict.fromkeys(p.name for v in spec.variants.values() for p in v.params))
     package = init(sig, "")
     return dict(

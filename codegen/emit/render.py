@@ -54,6 +54,7 @@ def _env() -> jinja2.Environment:
     )
     env.filters["docstring"] = _docstring
     env.filters["indent_code"] = _indent_code
+    env.filters["indent_lines"] = lambda text, n: textwrap.indent(text, " " * n)  # blank lines stay empty
     return env
 
 

@@ -54,6 +54,8 @@ class Signature:
             "dims_lhs": self.dims_lhs,
             "bind_params": self.bind_params,
             "returns": self.returns,
+            "input_args": self.input_args(),
+            "optional": [o.name for o in spec.inputs if o.optional],
         }
 
     def signature(self) -> dict:
@@ -83,4 +85,8 @@ class Signature:
             f"{p.name}={None if (tuned and p.resolved) or isinstance(p.default, Expr) else literal(p.default)}"
             for p in variant.params
         ] + list(extra)
-        return ", ".join(self.inputs + (["*"] + kwargs if kwargs else []))
+        return ", ".join(self.input_args() + (["*"] + kwargs if kwargs else []))
+
+    def input_args(self) -> list:
+        """The inputs as the public functions take them: an optional input defaults to None."""
+        return [f"{o.name}=None" if o.optional else o.name for o in self.spec.inputs]

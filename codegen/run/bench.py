@@ -16,7 +16,7 @@ from kspec.codegen.run.tasks import Result, Status, result
 COMPILE_THREADS = 4  # configs a tune task compiles at once (guided's batch size after its first)
 
 def _nbytes(arrays) -> int:
-    return sum(int(math.prod(a.shape)) * a.dtype.itemsize for a in arrays)
+    return sum(int(math.prod(a.shape)) * a.dtype.itemsize for a in arrays if a is not None)  # None: absent
 
 
 def work(prep, outs) -> tuple:
@@ -54,7 +54,7 @@ def _input_sets(task, prep, l2_bytes: int) -> list:
     copies = timing.copies_needed(_nbytes(prep.inputs), l2_bytes)
     return [prep.inputs] + [
         [jax.random.normal(jax.random.key(task.seed + c * 7919 + i), x.shape).astype(x.dtype)
-         if jax.numpy.issubdtype(x.dtype, jax.numpy.floating) else x
+         if x is not None and jax.numpy.issubdtype(x.dtype, jax.numpy.floating) else x
          for i, x in enumerate(prep.inputs)]
         for c in range(1, copies)
     ]

@@ -20,7 +20,8 @@ from kspec.codegen.run.tasks import Result, Status, result
 
 def _wrt(prep) -> list:
     """Positions of the inputs gradients are taken for: the floating-point ones."""
-    return [i for i, op in enumerate(prep.spec.inputs) if dt.is_float(prep.dtypes[op.name])]
+    return [i for i, op in enumerate(prep.spec.inputs)
+            if dt.is_float(prep.dtypes[op.name]) and prep.inputs[i] is not None]  # None: an absent optional input
 
 
 def _on(fn, args: list, wrt: list):

@@ -96,9 +96,9 @@ def _of_kind(rng: np.random.Generator, kind: str, shape: tuple, dtype: str) -> n
 
 
 def upcast(x):
-    """The reference sees low-precision floats as float32."""
+    """The reference sees low-precision floats as float32 (and None, an absent optional input, as None)."""
     import jax.numpy as jnp
 
-    if jnp.issubdtype(x.dtype, jnp.floating) and jnp.dtype(x.dtype).itemsize < 4:
+    if x is not None and jnp.issubdtype(x.dtype, jnp.floating) and jnp.dtype(x.dtype).itemsize < 4:
         return x.astype(jnp.float32)
     return x

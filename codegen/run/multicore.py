@@ -242,8 +242,12 @@ def _difference(inst, prefetch: dict, a: Run, b: Run) -> list:
 def _writers(inst, prefetch: dict, name: str, element: tuple, a: Run, b: Run) -> str:
     """Which grid points wrote the differing element, and the axes their order differs along."""
     block = inst.variant.blocks.get(name)
-    seqs = [_visits_writing(inst, prefetch, name, block, element, r) for r in (a, b)]
-    if block is not None and block.index_map is None and block.memory_space in (MemorySpace.ANY, MemorySpace.HBM):
+    combined = inst.spec.wrapper.outputs if inst.spec.wrapper is not None else ()  # the epilogue's inputs
+    seqs = [] if combined else [_visits_writing(inst, prefetch, name, block, element, r) for r in (a, b)]
+    if combined:
+        kernel = ", ".join(o.name for o in combined)
+        why = f"{name} is the epilogue's, computed from the kernel's outputs ({kernel}), so its writers are not known"
+    elif block is not None and block.index_map is None and block.memory_space in (MemorySpace.ANY, MemorySpace.HBM):
         why = f"{name} is written by the kernel's own DMAs (memory_space {block.memory_space}), so its writers are not known"
     elif None in seqs or not seqs[0]:
         why = f"the block of {name} holding {element} could not be found from its index map"

@@ -238,7 +238,8 @@ def _prepare(task: Task) -> Prepared:
     module = _module(task, task.backend)
     ref_module = _module(task, "reference")
     base_params = {p.name for p in next(iter(spec.variants.values())).params}
-    inputs = [make_input(task, op, inst.shapes[op.name], dtypes[op.name], inst.env, inst.shapes) for op in spec.inputs]
+    inputs = [None if op.name in case.absent else  # an optional input the case leaves out
+              make_input(task, op, inst.shapes[op.name], dtypes[op.name], inst.env, inst.shapes) for op in spec.inputs]
     return Prepared(
         spec, case, variant, inst, dtypes, params,
         {k: v for k, v in params.items() if k in base_params},
@@ -292,7 +293,7 @@ def _run_once(task: RunTask, prep: Prepared, call, start: float, loose: bool = F
     reference (`loose`: as check_outputs says)."""
     import jax
 
-    before = [np.asarray(x).copy() for x in prep.inputs]
+    before = [None if x is None else np.asarray(x).copy() for x in prep.inputs]
     reference_outputs(prep)  # from the inputs as they are before the kernel runs
     with contextlib.redirect_stdout(io.StringIO()):  # what the kernel prints is not verify's output
         outs = jax.block_until_ready(call(*prep.inputs))
@@ -309,7 +310,8 @@ def _other_kinds(task: RunTask, prep: Prepared, passed: Result, start: float, ca
     naming the kind; if all pass, the normal inputs' result stands (its metrics, the time of all)."""
     for kind in task.inputs[1:]:
         taking = [prep.dtypes[op.name] for op in prep.spec.inputs if kind in kinds.takes(op, prep.dtypes[op.name])]
-        inputs = [make_input(task, op, prep.inst.shapes[op.name], prep.dtypes[op.name], prep.inst.env, prep.inst.shapes,
+        inputs = [None if op.name in prep.case.absent else
+                  make_input(task, op, prep.inst.shapes[op.name], prep.dtypes[op.name], prep.inst.env, prep.inst.shapes,
                              kind) for op in prep.spec.inputs]
         other = dataclasses.replace(prep, inputs=inputs, refs=None)
         try:
@@ -330,7 +332,7 @@ def _run_schedules(task: RunTask, prep: Prepared, call, start: float) -> Result:
     plan = multicore.schedules(task.seed, task.schedules)
     extra = {"schedules": [s.to_json() for s in plan]}
     prefetch = {op.name: np.asarray(x).tolist() for op, x in zip(prep.spec.inputs, prep.inputs) if op.prefetch}
-    before = [np.asarray(x).copy() for x in prep.inputs]
+    before = [None if x is None else np.asarray(x).copy() for x in prep.inputs]
     reference_outputs(prep)
     runs = []
     for schedule in plan:
@@ -363,6 +365,8 @@ def _clobbered(prep: Prepared, before: list) -> str | None:
     import jax.numpy as jnp
 
     for op, x, old in zip(prep.spec.inputs, prep.inputs, before):
+        if x is None:  # an absent optional input
+            continue
         # A fresh copy on the device: np.asarray(x) of a GPU array returns its cached host
         # copy, which would never show a store that landed in x's device buffer.
         now = np.asarray(jnp.copy(x))

@@ -274,6 +274,8 @@ def _eval(node: ast.AST, env: Mapping[str, Any]) -> Any:
     if isinstance(node, ast.Name):
         if node.id not in env:
             raise ExprError("E301", f"unknown name `{node.id}`", node.col_offset)
+        if env[node.id] is None:  # a param whose default is null
+            raise ExprError("E303", f"`{node.id}` is None here: an expression cannot use it", node.col_offset)
         return _bounded(env[node.id], node)  # a param may hold any int YAML can spell
     if isinstance(node, ast.BinOp):
         left, right = _eval(node.left, env), _eval(node.right, env)
@@ -305,7 +307,8 @@ def _eval(node: ast.AST, env: Mapping[str, Any]) -> Any:
     if isinstance(node, ast.Tuple):
         return tuple(_eval(e, env) for e in node.elts)
     if isinstance(node, ast.Subscript):
-        seq = _eval(node.value, env)
+        value = node.value  # a scalar-prefetch ref: its values, or None where only the run knows them
+        seq = env[value.id] if isinstance(value, ast.Name) and value.id in env else _eval(value, env)
         index = _eval(node.slice, env)
         if seq is None:
             raise NotEvaluable(ast.unparse(node))

@@ -180,6 +180,8 @@ class Operand:
     kinds_loc: Location | None = None
     residual: bool = False  # an output written for the backward pass only: not returned, no gradient
     residual_loc: Location | None = None
+    kernel: bool = False  # a kernel operand of `kernel:`, made by the prologue or read by the epilogue
+    optional: bool = False  # an input the function may be called without (None)
 
     @property
     def rank(self) -> int:
@@ -345,6 +347,7 @@ class Case:
     min_speedup: Any = None  # bench: the least speedup to measure, or {device kind prefix: it}
     min_speedup_over: Mapping[str, Any] = dataclasses.field(default_factory=dict)  # bench: {competitor: floor}
     min_speedup_over_locs: Mapping[str, Location] = dataclasses.field(default_factory=dict)  # competitor -> its key
+    absent: tuple = ()  # the optional inputs this case leaves out (None)
 
 
 MAX_FAMILY_SHAPES = 512  # shapes per family (E510): a sweep times each on every backend
@@ -368,6 +371,18 @@ class Competitor:
     body: Code
     platforms: tuple  # jax platforms it runs on: cpu, gpu, tpu
     doc: str
+    loc: Location
+
+
+@dataclasses.dataclass(frozen=True)
+class Wrapper:
+    """Plain JAX around the kernel (`prologue:`, `epilogue:`) and the kernel's own operands
+    (`kernel:`): the generated function runs prologue, pallas_call, epilogue."""
+
+    prologue: Code | None
+    epilogue: Code | None
+    inputs: tuple  # of Operand: the pallas_call's inputs; () when they are the function's
+    outputs: tuple  # of Operand: the pallas_call's outputs; () when they are the function's
     loc: Location
 
 
@@ -399,6 +414,23 @@ class KernelSpec:
     vjp: _vjp.Vjp | None = None  # the `vjp:` section (codegen/spec/vjp.py)
     competitors: tuple = ()  # of Competitor
     reference_when_faster: bool = False  # dispatch.reference_when_faster
+    wrapper: Wrapper | None = None  # prologue, epilogue and the kernel's own operands
+    facade: tuple = ()  # kernel_view only: the function's inputs, whose dtypes kernel operands may share
+
+    @property
+    def kernel_view(self) -> KernelSpec:
+        """The spec as its pallas_call sees it: the kernel's own inputs and outputs in place of the
+        function's (dims and params stay the function's). The spec itself when it has no wrapper."""
+        w = self.wrapper
+        if w is None:
+            return self
+        return dataclasses.replace(self, inputs=w.inputs or self.inputs, outputs=w.outputs or self.outputs,
+                                   wrapper=None, facade=self.inputs)
+
+    @property
+    def kernel_only(self) -> tuple:
+        """The kernel operands that are not the function's own inputs or outputs."""
+        return (self.wrapper.inputs + self.wrapper.outputs) if self.wrapper else ()
 
     @property
     def sweep(self) -> tuple:
@@ -426,7 +458,7 @@ class KernelSpec:
         return tuple(o for o in self.outputs if not o.residual)
 
     def operand(self, name: str) -> Operand | None:
-        return next((o for o in self.operands if o.name == name), None)
+        return next((o for o in self.operands + self.facade if o.name == name), None)
 
     @property
     def backends(self) -> tuple:
@@ -532,6 +564,7 @@ class _Operands(_Parser):
                     self.doc.loc(here + ("kinds",)) if "kinds" in spec else None,
                     bool(spec.get("residual", False)),
                     self.doc.loc(here + ("residual",)) if "residual" in spec else None,
+                    optional=bool(spec.get("optional", False)),
                 )
             )
         return tuple(out)
@@ -542,6 +575,24 @@ class _Operands(_Parser):
         numbers = {k: float(raw[k]) for k in ("low", "high", "mean", "std") if k in raw}
         bound = self.expr(raw["bound"], at + ("bound",)) if "bound" in raw else None
         return Init(InitKind(raw["kind"]), **numbers, of=raw.get("of"), dim=raw.get("dim", 0), bound_expr=bound, loc=self.doc.loc(at))
+
+    def wrapper(self, data: Mapping, inputs: set) -> Wrapper | None:
+        """`prologue`, `epilogue` and `kernel:` (None when the spec has none of them)."""
+        if not any(k in data for k in ("prologue", "epilogue", "kernel")):
+            return None
+        kernel = data.get("kernel") or {}
+        kernel_inputs = self.operands(kernel.get("inputs") or {}, Role.INPUT, ("kernel", "inputs"),
+                                      inputs | set(kernel.get("inputs") or {}))
+        kernel_outputs = self.operands(kernel.get("outputs") or {}, Role.OUTPUT, ("kernel", "outputs"),
+                                       inputs | set(kernel.get("inputs") or {}))
+        first = next(k for k in ("kernel", "prologue", "epilogue") if k in data)
+        return Wrapper(
+            self.code(("prologue",)) if "prologue" in data else None,
+            self.code(("epilogue",)) if "epilogue" in data else None,
+            tuple(dataclasses.replace(o, kernel=True) for o in kernel_inputs),
+            tuple(dataclasses.replace(o, kernel=True) for o in kernel_outputs),
+            self.doc.key_loc((first,)),
+        )
 
 
 class _Variants(_Parser):
@@ -718,7 +769,7 @@ class _Runs(_Parser):
         for i, case in enumerate(raw or []):
             here = (key, i)
             dims = {k: v for k, v in case.items()
-                    if k not in ("name", "dtype", "params", "tolerance", "min_speedup", "min_speedup_over")}
+                    if k not in ("name", "dtype", "params", "absent", "tolerance", "min_speedup", "min_speedup_over")}
             out.append(
                 Case(
                     case.get("name") or f"{'bench' if key == 'bench' else 'case'}{i}",
@@ -730,6 +781,7 @@ class _Runs(_Parser):
                     case.get("min_speedup"),
                     dict(case.get("min_speedup_over") or {}),
                     {k: self.doc.key_loc(here + ("min_speedup_over", k)) for k in case.get("min_speedup_over") or {}},
+                    tuple(case.get("absent") or ()),
                 )
             )
         return tuple(out)
@@ -859,6 +911,7 @@ def build(doc: Document) -> KernelSpec:
         vjp=_vjp.build(doc),
         competitors=runs.competitors(data.get("competitors")),
         reference_when_faster=bool((data.get("dispatch") or {}).get("reference_when_faster", False)),
+        wrapper=ops.wrapper(data, input_names),
     )
     if errors:
         raise SpecError(errors)

@@ -48,7 +48,7 @@ def prune(spec, variant, case, dtypes: dict, configs) -> tuple:
     kept, pruned = [], []
     for cfg in configs:
         trial = dataclasses.replace(case, params=dict(case.params, **cfg))
-        inst, diags = instances.instantiate(spec, variant, trial, dtypes)
+        inst, diags = instances.instantiate(spec.kernel_view, variant, trial, dtypes)  # the pallas_call's operands
         if inst is not None:
             diags = diags + rules.check(inst)
         if diags:
@@ -65,7 +65,7 @@ def scores(spec, variant, case, dtypes: dict, configs: list, peak=None) -> list:
     out = []
     for cfg in configs:
         trial = dataclasses.replace(case, params=dict(case.params, **cfg))
-        inst, _ = instances.instantiate(spec, variant, trial, dtypes, [0])  # [0]: no grid walk
+        inst, _ = instances.instantiate(spec.kernel_view, variant, trial, dtypes, [0])  # [0]: no grid walk
         out.append((_spills(inst), -_intensity(inst, peak)) if inst is not None else (True, 0.0))
     return out
 
