@@ -43,6 +43,7 @@ class Task:
     sustained: bool = False  # tune: time each config in alternation with the reference, under load
     inputs: tuple = ("normal",)  # run: the input kinds to run the kernel on, in order (codegen/run/kinds.py)
     grad: bool = False  # bench: time the forward and backward pass (jax.vjp) instead of the forward
+    case_dims: tuple = ()  # a derived case: ((dim, size), ...) replacing the dims of case_index's case
 
 
     def __post_init__(self):
