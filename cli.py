@@ -101,7 +101,13 @@ def _human_output(*paths):
 
 def _unknown_cases(results, names, attribute: str) -> Optional[str]:
     """The message for --case names that match no case of the selected specs (None if all match)."""
-    known = sorted({c.name for r in results if r.spec is not None for c in getattr(r.spec, attribute)})
+    known = {c.name for r in results if r.spec is not None for c in getattr(r.spec, attribute)}
+    if attribute == "cases" and any(n.startswith("derived:") for n in names or []):  # verify's derived cases
+        from kspec.codegen.checks.semantic import derived_cases
+
+        known |= {d.case.name for r in results if r.spec is not None for ex in (False, True)
+                  for d in derived_cases(r.spec, ex)}
+    known = sorted(known)
     missing = [n for n in names or [] if n not in known]
     if not missing:
         return None

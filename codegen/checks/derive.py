@@ -30,8 +30,10 @@ from kspec.codegen.spec.model import Case, KernelSpec, Variant
 PREFIX = "derived:"
 STEPS = (1, 2, 3)  # step counts every split is run with
 MAX_FITS = 8  # candidates checked against the spec's rules per property before giving up on it
+MAX_SPLITS = 32  # splits a spec's derivation looks at (the first found): the work stays bounded
+MAX_CHECKED = 96  # candidates checked against the spec's rules per spec, all properties together
 SCAN = 256  # values of a dim tried for a property that no closed-form value gives (persistent grids)
-GPU_BACKENDS = ("triton", "mosaic_gpu")  # who runs a derived persistent case: it is sized for a GPU
+GPU_BACKENDS = ("triton", "mosaic_gpu")  # the backends a derived persistent case runs on: it is sized for a GPU
 
 
 @dataclasses.dataclass(frozen=True)
@@ -55,8 +57,7 @@ class Derived:
     case: Case
     base: str  # the declared case's name
     dim: str  # the dim changed
-    prop: str  # ragged | steps1 | steps2 | steps3 | smallest | persistent
-    backends: tuple = ()  # the backends that run it; () for all of the spec's
+    prop: str  # ragged | steps1 | steps2 | steps3 | smallest (less than one step) | persistent
 
     @property
     def note(self) -> str:
@@ -179,7 +180,7 @@ def _has(prop: str, n: int, b: int) -> bool:
     if prop == "persistent":
         return b >= 2 and n % b != 0  # b tiles per program: more tiles than programs, a short last share
     if prop == "smallest":
-        return steps == 1 and n <= b
+        return n < b  # less than one step: a lone partial block
     return steps == int(prop.removeprefix("steps"))
 
 
@@ -196,7 +197,7 @@ def _values(prop: str, split: Split, dim: str, n0: int, b: int, d0: int) -> list
         half = max(b // 2, 1)
         wanted = {
             "ragged": [b + half, half, 2 * b + half, b + 1],
-            "smallest": [1, 2, 8, half, b],
+            "smallest": [1, 2, half],
             "persistent": [],
         }.get(prop) or [int(prop.removeprefix("steps")) * b]
         return [x for x in dict.fromkeys(wanted) if x >= 1]
@@ -235,14 +236,15 @@ def derive(spec: KernelSpec, fits: Callable[[Case], bool], exhaustive: bool = Fa
             users.setdefault((split.num.source, split.den.source), []).append((v, split))
     out: list = []
     seen: dict = {}  # dims -> Derived
-    for group in users.values():
+    left = [MAX_CHECKED]
+    for group in list(users.values())[:MAX_SPLITS]:
         for prop in _props(group[0][1], exhaustive):
             made = [d.case for d in out]
             known = made if exhaustive else list(spec.cases) + made
             if any(_covered(spec, v, split, prop, known) for v, split in group):
                 continue
             for v, split in group:
-                found = _make(spec, v, split, prop, bases, fits, seen)
+                found = _make(spec, v, split, prop, bases, fits, seen, left)
                 if found is not None:
                     seen[tuple(sorted(found.case.dims.items()))] = found
                     out.append(found)
@@ -250,7 +252,10 @@ def derive(spec: KernelSpec, fits: Callable[[Case], bool], exhaustive: bool = Fa
     return out
 
 
-def _make(spec: KernelSpec, v: Variant, split: Split, prop: str, bases: list, fits, seen: dict) -> Derived | None:
+def _make(spec: KernelSpec, v: Variant, split: Split, prop: str, bases: list, fits, seen: dict,
+          left: list) -> Derived | None:
+    """A case with the property on this backend, made from the first base case that gives one, or
+    None. `left`, a one-item list: the candidates the spec may still check (shared)."""
     tries = 0
     for base in (c for c in bases if runs(spec, v, c)):
         r = ratio(v, base, split.num, split.den)
@@ -267,11 +272,16 @@ def _make(spec: KernelSpec, v: Variant, split: Split, prop: str, bases: list, fi
                 got = ratio(v, candidate, split.num, split.den)
                 if got is None or not _has(prop, *got) or not runs(spec, v, candidate):
                     continue
+                if left[0] <= 0:
+                    return None
                 tries += 1
+                left[0] -= 1
                 if fits(candidate):
                     name = _name(spec, prop, dim, seen)
-                    backends = tuple(b for b in spec.backends if b in GPU_BACKENDS) if prop == "persistent" else ()
-                    return Derived(dataclasses.replace(candidate, name=name), base.name, dim, prop, backends)
+                    backends = candidate.backends
+                    if prop == "persistent":
+                        backends = tuple(b for b in backends or spec.backends if b in GPU_BACKENDS)
+                    return Derived(dataclasses.replace(candidate, name=name, backends=backends), base.name, dim, prop)
                 if tries >= MAX_FITS:
                     return None
     return None

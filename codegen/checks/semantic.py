@@ -171,8 +171,9 @@ def _derived_checks(spec: KernelSpec) -> list:
     that only a derived case exposes, located where the spec goes wrong, its hint naming the case
     the derived one was made from."""
     out = []
+    budget = [MAX_SPEC_GRID_POINTS]  # shared by every derived case's walks, as the declared ones share theirs
     for d in derived_cases(spec, exhaustive=True):
-        for diag in _per_case(spec, (d.case,), [MAX_SPEC_GRID_POINTS]):
+        for diag in _per_case(spec, (d.case,), budget):
             hint = f"derived by verify from {d.note}" + (f"; {diag.hint}" if diag.hint else "")
             out.append(dataclasses.replace(diag, hint=hint))
     return out
@@ -679,6 +680,11 @@ def _case_bindings(spec: KernelSpec, case: Case) -> list:
     for key in case.params:
         if key not in all_params:
             out.append(Diagnostic("E500", f"case `{case.name}` sets `{key}`, which is not a param", case.loc))
+    for name in case.backends:
+        if name not in spec.variants:
+            out.append(Diagnostic("E500", f"case `{case.name}` runs on backend `{name}`, which the spec does not "
+                                  f"generate (backends: {', '.join(spec.variants)})", case.loc,
+                                  did_you_mean(name, list(spec.variants))))
     competitors = [c.name for c in spec.competitors]
     for name in case.min_speedup_over:
         if name not in competitors:

@@ -90,8 +90,6 @@ def plan(
             for task, why in _tasks(c, name, i, d.case, assign, label, seed + k, lower, platform,
                                     schedules if exhaustive else 1, chosen, exhaustive):
                 task = dataclasses.replace(task, case_dims=tuple(d.case.dims.items()))
-                if d.backends and name not in d.backends:
-                    why = f"derived for {'/'.join(d.backends)} only (sized for a GPU)"
                 if not why:
                     tasks.append(task)
                 elif k == 0:
