@@ -130,11 +130,16 @@ def _case_is_valid(spec: KernelSpec, case: Case) -> bool:
     return True
 
 
+# What rules a shape out as a case: a constraint that fails (E501), a grid, mesh or pipeline axis, a
+# shape or a block with no elements (E505, E506): an empty problem, not one the kernel gets wrong.
+NOT_A_CASE = frozenset({"E501", "E505", "E506"})
+
+
 def _fits(spec: KernelSpec, case: Case) -> bool:
     """Whether a case the spec does not declare binds its dims and meets its constraints (E501),
-    every backend's hardware rules (E7xx) and, for a sharded spec, the per-shard checks: what a
-    derived case must do. The per-case proofs (bounds, coverage) are not asked: a derived case is
-    checked against them."""
+    has no empty grid axis or shape (E505, E506), and meets every backend's hardware rules (E7xx)
+    and, for a sharded spec, the per-shard checks: what a derived case must do. The per-case proofs
+    (bounds, coverage) are not asked: a derived case is checked against them."""
     from kspec.codegen.backends import rules
 
     if _case_bindings(spec, case):
@@ -144,7 +149,7 @@ def _fits(spec: KernelSpec, case: Case) -> bool:
         if assign is None or unmet(variant, case):
             continue
         inst, found = instantiate(spec, variant, case, assign, budget=[0])
-        if any(d.code == "E501" for d in found):
+        if any(d.code in NOT_A_CASE for d in found):
             return False
         if inst is not None:
             for dtypes in (d for d in dtype_assignments(spec, case) if variant.supports(d)):
