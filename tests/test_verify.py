@@ -100,15 +100,17 @@ def test_planted_bugs_all_fail(tmp_path):
     assert rc == 1, out + err
     rows = results(report)
     assert {r["kernel"] for r in rows} == set(bugs)
-    assert all(r["status"] == "fail" for r in rows), rows
-    by_kernel = {r["kernel"]: r["message"] for r in rows if r["backend"] == "interpret"}
+    declared = [r for r in rows if not r["case"].startswith("derived:")]
+    assert all(r["status"] == "fail" for r in declared), declared  # some derived shapes miss a bug (one row block)
+    failed = [r for r in rows if r["status"] == "fail"]
+    by_kernel = {r["kernel"]: r["message"] for r in declared if r["backend"] == "interpret"}
     assert "elements outside tolerance" in by_kernel["off_by_one"]
     assert "are NaN/Inf where the reference is finite" in by_kernel["uninit_acc"]
     assert "are NaN/Inf where the reference is finite" in by_kernel["unwritten"]
     assert by_kernel["wrong_dtype"] == "output o has dtype bfloat16 but the reference returns float32"
     suite = ET.parse(junit).getroot()
-    assert suite.get("failures") == str(len(rows))
-    assert len(suite.findall("testcase/failure")) == len(rows)
+    assert suite.get("failures") == str(len(failed))
+    assert len(suite.findall("testcase/failure")) == len(failed)
 
 
 HANG = """
