@@ -2,8 +2,7 @@
 
 A grid axis of `cdiv(n, b)` programs exists to cover an extent n that b need not divide: the
 last program's block hangs over the edge and the kernel must mask or clip it. If every declared
-case makes n a multiple of b, verify never runs that program, and a kernel that gets the edge
-wrong passes. The warning fires only when a ragged case is possible: it suggests one, made from a
+case makes n a multiple of b, only the ragged case verify derives (derive.py) runs that program. The warning fires only when a ragged case is possible: it suggests one, made from a
 declared case by changing one dim, that passes every per-case check and hardware rule on every
 backend (and, for a sharded spec, the per-shard checks). Where the spec rules ragged extents out
 (a constraint `n % b == 0`, a backend's constraint, a hardware rule), no such case exists and
