@@ -223,9 +223,9 @@ def _size(case: Case) -> int:
 
 def derive(spec: KernelSpec, fits: Callable[[Case], bool], exhaustive: bool = False) -> list:
     """The derived cases of a spec, in a fixed order. By default only those that add a property no
-    declared case (nor an earlier derived one) has on a backend; `exhaustive`: one per split,
-    property and backend where one can be made, whatever the declared cases cover, and the
-    smallest extent of each split too. `fits(case)`: whether the case meets the spec's
+    declared case (nor an earlier derived one) has on a backend that splits the same way;
+    `exhaustive`: one per split and property where one can be made (unless an earlier derived
+    case has it), whatever the declared cases cover, and the smallest extent of each split too. `fits(case)`: whether the case meets the spec's
     constraints and hardware rules (a candidate that does not is dropped)."""
     if not spec.cases or spec.kind not in ("pallas_call", "mesh"):
         return []
