@@ -101,7 +101,13 @@ def _human_output(*paths):
 
 def _unknown_cases(results, names, attribute: str) -> Optional[str]:
     """The message for --case names that match no case of the selected specs (None if all match)."""
-    known = sorted({c.name for r in results if r.spec is not None for c in getattr(r.spec, attribute)})
+    known = {c.name for r in results if r.spec is not None for c in getattr(r.spec, attribute)}
+    if attribute == "cases" and any(n.startswith("derived:") for n in names or []):  # verify's derived cases
+        from kspec.codegen.checks.semantic import derived_cases
+
+        known |= {d.case.name for r in results if r.spec is not None for ex in (False, True)
+                  for d in derived_cases(r.spec, ex)}
+    known = sorted(known)
     missing = [n for n in names or [] if n not in known]
     if not missing:
         return None
@@ -310,10 +316,18 @@ def verify(
         "(every kind), normal (none), or kinds, comma-separated or repeated (e.g. --inputs large,zero_rows). "
         "A failure names the kind.",
     ),
+    exhaustive: bool = typer.Option(
+        False, "--exhaustive",
+        help="Run every case derived from the specs (a ragged extent on each split dim, 1, 2 and 3 steps, the "
+        "smallest extent, a full persistent grid: `derived:ragged_M`, ...), each with every dtype, input kind, "
+        "schedule and grad task; by default only the derived cases that add coverage the declared cases lack "
+        "run, on one dtype, normal inputs and one schedule.",
+    ),
     show_traceback: bool = typer.Option(
         False, "--traceback", help="With an error row, the whole stack of the exception, not only its first lines."),
 ) -> None:
-    """Run every case x dtype x backend this machine can run against the reference (exit 1 on any failure)."""
+    """Run every case x dtype x backend this machine can run against the reference (exit 1 on any failure),
+    and the edge-case shapes derived from each spec (`derived:...` rows)."""
     import json
 
     from kspec.codegen import verify as v
@@ -337,7 +351,7 @@ def verify(
         else:
             tasks, skipped = v.plan(
                 results, backends=backend or [], cases=case or [], seed=seed, lower=lower, platform=info["platform"],
-                repeat=repeat, schedules=schedules, inputs=selection,
+                repeat=repeat, schedules=schedules, inputs=selection, exhaustive=exhaustive,
             )
         try:
             outcomes = _run_with_progress(session, tasks)

@@ -107,7 +107,10 @@ def dtype_assignments(spec: KernelSpec, case: Case) -> DtypeAssignments:
 
 def unmet(variant: Variant, case: Case) -> str | None:
     """Why the backend's own constraints rule this case out (None: they hold, or cannot be
-    evaluated here; instantiate reports what is wrong with the case itself)."""
+    evaluated here; instantiate reports what is wrong with the case itself); or that the case
+    runs only on other backends (its `backends`)."""
+    if case.backends and variant.backend not in case.backends:
+        return f"case `{case.name}` runs only on {', '.join(case.backends)}"
     env = dict(case.dims)
     try:
         env.update({p.name: p.default_at(case.dims) for p in variant.params})

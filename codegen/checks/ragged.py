@@ -2,8 +2,7 @@
 
 A grid axis of `cdiv(n, b)` programs exists to cover an extent n that b need not divide: the
 last program's block hangs over the edge and the kernel must mask or clip it. If every declared
-case makes n a multiple of b, verify never runs that program, and a kernel that gets the edge
-wrong passes. The warning fires only when a ragged case is possible: it suggests one, made from a
+case makes n a multiple of b, only the ragged case verify derives (derive.py) runs that program. The warning fires only when a ragged case is possible: it suggests one, made from a
 declared case by changing one dim, that passes every per-case check and hardware rule on every
 backend (and, for a sharded spec, the per-shard checks). Where the spec rules ragged extents out
 (a constraint `n % b == 0`, a backend's constraint, a hardware rule), no such case exists and
@@ -12,14 +11,12 @@ nothing is reported. Nothing here runs spec code: it evaluates the spec's expres
 
 from __future__ import annotations
 
-import ast
 import dataclasses
 from collections.abc import Callable
 
-from kspec.codegen.checks.instances import dtype_assignments, unmet
+from kspec.codegen.checks.derive import cdiv_parts, ratio, runs
 from kspec.codegen.diagnostics import Diagnostic
-from kspec.codegen.spec.expr import Expr, ExprError, NotEvaluable
-from kspec.codegen.spec.model import Case, KernelSpec, SpecKind, Variant
+from kspec.codegen.spec.model import Case, KernelSpec, SpecKind
 
 MAX_TRIES = 12  # candidate cases checked per axis before giving up on a suggestion
 
@@ -32,15 +29,15 @@ def check(spec: KernelSpec, valid: Callable[[Case], bool]) -> list:
     axes: dict = {}  # (location, source) -> [(variant, axis index, numerator, denominator)]
     for v in spec.variants.values():
         for i, axis in enumerate(v.grid):
-            parts = _cdiv_parts(axis.size)
+            parts = cdiv_parts(axis.size)
             if parts is not None:
                 axes.setdefault((axis.size.loc, axis.size.source), []).append((v, i, *parts))
     out = []
     for (loc, _), users in axes.items():
         never = []
         for v, i, num, den in users:
-            cases = [c for c in spec.cases if _runs(spec, v, c)]
-            values = [x for x in (_ratio(v, c, num, den) for c in cases) if x is not None]
+            cases = [c for c in spec.cases if runs(spec, v, c)]
+            values = [x for x in (ratio(v, c, num, den) for c in cases) if x is not None]
             if values and all(a % b == 0 for a, b in values):
                 never.append((v, i, num, den))
         if never:
@@ -50,56 +47,16 @@ def check(spec: KernelSpec, valid: Callable[[Case], bool]) -> list:
     return out
 
 
-def _cdiv_parts(size: Expr) -> tuple | None:
-    """(numerator, denominator) as Exprs when the axis size is `cdiv(n, b)`, else None."""
-    tree = size.tree
-    if not (isinstance(tree, ast.Call) and isinstance(tree.func, ast.Name) and tree.func.id == "cdiv"):
-        return None
-    num, den = tree.args
-    return tuple(Expr(ast.unparse(a), a, frozenset(n.id for n in ast.walk(a) if isinstance(n, ast.Name)))
-                 for a in (num, den))
-
-
-def _runs(spec: KernelSpec, v: Variant, case: Case) -> bool:
-    """Whether verify runs the case on this backend (a dtype it takes, its constraints met)."""
-    return any(v.supports(d) for d in dtype_assignments(spec, case)) and unmet(v, case) is None
-
-
-def _env(v: Variant, case: Case) -> dict | None:
-    """The dims and params a case runs this backend with (as instances.instantiate binds them)."""
-    try:
-        env = {p.name: p.default_at(case.dims) for p in v.params}
-    except (ExprError, NotEvaluable, KeyError):
-        return None
-    env.update(case.dims)
-    env.update({k: val for k, val in case.params.items() if k in {p.name for p in v.params}})
-    return env
-
-
-def _ratio(v: Variant, case: Case, num: Expr, den: Expr) -> tuple | None:
-    """(n, b) of the axis for one case, or None when they do not evaluate to positive ints."""
-    env = _env(v, case)
-    if env is None:
-        return None
-    try:
-        a, b = num.eval(env), den.eval(env)
-    except (ExprError, NotEvaluable):
-        return None
-    if not all(isinstance(x, int) and not isinstance(x, bool) for x in (a, b)) or b < 1:
-        return None
-    return a, b
-
-
 def _suggest(spec: KernelSpec, never: list, valid: Callable[[Case], bool]) -> tuple | None:
     """(a valid case that makes the axis ragged on every backend in `never`, the dim changed), or None."""
     v0, _, num, den = never[0]
     dims = [d for d in spec.dims if d in num.names]
     tries = 0
-    for base in (c for c in spec.cases if _runs(spec, v0, c)):
-        ratio = _ratio(v0, base, num, den)
-        if ratio is None:
+    for base in (c for c in spec.cases if runs(spec, v0, c)):
+        at_base = ratio(v0, base, num, den)
+        if at_base is None:
             continue
-        b = ratio[1]
+        b = at_base[1]
         half = max(b // 2, 1)
         for dim in dims:
             n = base.dims[dim]
@@ -107,10 +64,10 @@ def _suggest(spec: KernelSpec, never: list, valid: Callable[[Case], bool]) -> tu
                 if value < 1 or value == n:
                     continue
                 candidate = dataclasses.replace(base, name=_name(spec, dim), dims={**base.dims, dim: value})
-                ragged = [_ratio(v, candidate, nu, de) for v, _, nu, de in never]
+                ragged = [ratio(v, candidate, nu, de) for v, _, nu, de in never]
                 if not all(r is not None and r[0] % r[1] for r in ragged):
                     continue
-                if not all(_runs(spec, v, candidate) for v, *_ in never):
+                if not all(runs(spec, v, candidate) for v, *_ in never):
                     continue  # a backend's own constraints rule it out there
                 tries += 1
                 if valid(candidate):
@@ -146,7 +103,7 @@ def _warning(spec: KernelSpec, never: list, users: list, loc, case: Case, dim: s
     on = ""
     if len(never) < len(users):
         on = " on " + ", ".join(u[0].backend for u in never)
-    n, b = _ratio(v, case, num, den)
+    n, b = ratio(v, case, num, den)
     return Diagnostic(
         "W902",
         f"grid axis {label} is {axis.size.shown}, but {num.shown} is a multiple of {den.shown} in every case{on}: "

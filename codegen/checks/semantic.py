@@ -87,6 +87,8 @@ def check(spec: KernelSpec) -> list[Diagnostic]:
     for variant in spec.variants.values():
         diags += _unread_params(spec, variant)
     if not any(d.severity == "error" for d in diags):
+        diags += _derived_checks(spec)
+    if not any(d.severity == "error" for d in diags):
         from kspec.codegen.checks import ragged
 
         diags += ragged.check(spec, lambda case: _case_is_valid(spec, case))
@@ -128,6 +130,60 @@ def _case_is_valid(spec: KernelSpec, case: Case) -> bool:
         if found or sharding.case_checks(spec, case, spec.sharding.sizes(), split):
             return False
     return True
+
+
+# What rules a shape out as a case: a constraint that fails (E501), a grid, mesh or pipeline axis, a
+# shape or a block with no elements (E505, E506): an empty problem, not one the kernel gets wrong.
+NOT_A_CASE = frozenset({"E501", "E505", "E506"})
+
+
+def _fits(spec: KernelSpec, case: Case) -> bool:
+    """Whether a case the spec does not declare binds its dims and meets its constraints (E501),
+    has no empty grid axis or shape (E505, E506), and meets every backend's hardware rules (E7xx)
+    and, for a sharded spec, the per-shard checks: what a derived case must do. The per-case proofs
+    (bounds, coverage) are not asked: a derived case is checked against them."""
+    from kspec.codegen.backends import rules
+
+    if _case_bindings(spec, case):
+        return False
+    for variant in spec.variants.values():
+        assign = next((d for d in dtype_assignments(spec, case) if variant.supports(d)), None)
+        if assign is None or unmet(variant, case):
+            continue
+        inst, found = instantiate(spec, variant, case, assign, budget=[0])
+        if any(d.code in NOT_A_CASE for d in found):
+            return False
+        if inst is not None:
+            for dtypes in (d for d in dtype_assignments(spec, case) if variant.supports(d)):
+                if any(d.severity == "error" for d in rules.check(dataclasses.replace(inst, dtypes=dtypes))):
+                    return False
+    if spec.sharding is not None:
+        from kspec.codegen.checks import sharding
+
+        split, found = sharding.dim_split(spec)
+        if found or sharding.case_checks(spec, case, spec.sharding.sizes(), split):
+            return False
+    return True
+
+
+def derived_cases(spec: KernelSpec, exhaustive: bool = False) -> list:
+    """The cases verify derives from the spec (codegen/checks/derive.py), each a `derive.Derived`."""
+    from kspec.codegen.checks import derive
+
+    return derive.derive(spec, lambda case: _fits(spec, case), exhaustive)
+
+
+def _derived_checks(spec: KernelSpec) -> list:
+    """The per-case proofs and hardware rules on the derived cases verify runs by default: an error
+    that only a derived case exposes, located where the spec goes wrong, its hint naming the case
+    the derived one was made from."""
+    out = []
+    budget = [MAX_SPEC_GRID_POINTS]  # shared by every derived case's walks, as the declared ones share theirs
+    for d in derived_cases(spec):
+        for diag in _per_case(spec, (d.case,), budget):
+            hint = f"derived by verify from {d.note}" + (f"; {diag.hint}" if diag.hint else "")
+            out.append(dataclasses.replace(diag, hint=hint))
+    return out
 
 
 def _tune_space(v: Variant) -> list:
@@ -645,6 +701,11 @@ def _case_bindings(spec: KernelSpec, case: Case) -> list:
         elif value is None and key not in nullable:
             out.append(Diagnostic("E500", f"case `{case.name}` sets `{key}` to null, but its default is not null",
                                   case.loc, "only a param with `default: null` takes None"))
+    for name in case.backends:
+        if name not in spec.variants:
+            out.append(Diagnostic("E500", f"case `{case.name}` runs on backend `{name}`, which the spec does not "
+                                  f"generate (backends: {', '.join(spec.variants)})", case.loc,
+                                  did_you_mean(name, list(spec.variants))))
     competitors = [c.name for c in spec.competitors]
     for name in case.min_speedup_over:
         if name not in competitors:

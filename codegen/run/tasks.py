@@ -37,6 +37,7 @@ class Task:
     seed: int
     out_root: str
     suite: str = "cases"  # which list case_index points into: "cases", "bench" or "sweep"
+    case_dims: tuple = ()  # a derived case: ((dim, size), ...) replacing the dims of case_index's case
 
     def __post_init__(self):
         if type(self) is Task:

@@ -229,6 +229,8 @@ def _prepare(task: Task) -> Prepared:
     if spec is None:
         raise RuntimeError("the spec no longer checks; run `kspec check`")
     case = {"bench": spec.bench, "sweep": spec.sweep}.get(task.suite, spec.cases)[task.case_index]
+    if task.case_dims:  # a case verify derived from the declared one (codegen/checks/derive.py)
+        case = dataclasses.replace(case, name=task.case, dims=dict(task.case_dims))
     variant = spec.variants[task.backend]
     dtypes = dict(task.dtypes)
     inst, diags = instances.instantiate(spec, variant, case, dtypes)

@@ -348,6 +348,7 @@ class Case:
     min_speedup_over: Mapping[str, Any] = dataclasses.field(default_factory=dict)  # bench: {competitor: floor}
     min_speedup_over_locs: Mapping[str, Location] = dataclasses.field(default_factory=dict)  # competitor -> its key
     absent: tuple = ()  # the optional inputs this case leaves out (None)
+    backends: tuple = ()  # the backends that run the case; () for all of the spec's
 
 
 MAX_FAMILY_SHAPES = 512  # shapes per family (E510): a sweep times each on every backend
@@ -769,7 +770,8 @@ class _Runs(_Parser):
         for i, case in enumerate(raw or []):
             here = (key, i)
             dims = {k: v for k, v in case.items()
-                    if k not in ("name", "dtype", "params", "absent", "tolerance", "min_speedup", "min_speedup_over")}
+                    if k not in ("name", "dtype", "params", "absent", "tolerance", "min_speedup", "min_speedup_over",
+                                 "backends")}
             out.append(
                 Case(
                     case.get("name") or f"{'bench' if key == 'bench' else 'case'}{i}",
@@ -781,7 +783,8 @@ class _Runs(_Parser):
                     case.get("min_speedup"),
                     dict(case.get("min_speedup_over") or {}),
                     {k: self.doc.key_loc(here + ("min_speedup_over", k)) for k in case.get("min_speedup_over") or {}},
-                    tuple(case.get("absent") or ()),
+                    absent=tuple(case.get("absent") or ()),
+                    backends=tuple(case.get("backends") or ()),
                 )
             )
         return tuple(out)

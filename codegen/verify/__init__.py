@@ -8,7 +8,9 @@ exhausts memory fails alone. Only the workers import jax and the generated modul
 
 from __future__ import annotations
 
-from kspec.codegen.checks import instances
+import dataclasses
+
+from kspec.codegen.checks import instances, semantic
 from kspec.codegen import project as pipeline
 from kspec.codegen.emit import writer
 from kspec.codegen.spec import dtypes as dt
@@ -35,32 +37,78 @@ def matrix(compiled: list, *, backends: list, cases: list, suite: str = "cases")
                     yield c, name, i, case, assign, label
 
 
+def derived_matrix(compiled: list, *, backends: list, cases: list, exhaustive: bool):
+    """Like `matrix`, for the cases verify derives from each spec (codegen/checks/derive.py), with
+    the `derive.Derived` in place of the case index: by default each runs its first dtype
+    assignment on a backend; `exhaustive`, every one."""
+    for c in compiled:
+        spec = c.spec
+        index = {case.name: i for i, case in enumerate(spec.cases)}
+        for d in semantic.derived_cases(spec, exhaustive):
+            if cases and d.case.name not in cases:
+                continue
+            for name in spec.backends:
+                if backends and name not in backends:
+                    continue
+                assigns = list(instances.dtype_assignments(spec, d.case))
+                if not exhaustive:
+                    variant = spec.variants[name]
+                    assigns = [next((a for a in assigns if variant.supports(a)), assigns[0])]
+                for assign in assigns:
+                    label = tuning.dtype_label(assign[o.name] for o in spec.inputs)
+                    yield c, name, index[d.base], d, assign, label
+
+
 def plan(
     compiled: list, *, backends: list, cases: list, seed: int, lower: bool, platform: str | None, repeat: int = 1,
-    schedules: int = DEFAULT_SCHEDULES, inputs: tuple = ("default",),
+    schedules: int = DEFAULT_SCHEDULES, inputs: tuple = ("default",), exhaustive: bool = False,
 ) -> tuple:
     """(tasks, skipped results) for every valid spec; `repeat` runs it all with seeds seed, seed+1, ...;
     `schedules`: how many schedules each mosaic_tpu task runs under in TPU interpret mode;
     `inputs`: the --inputs selection, the input kinds each `run` task runs (kinds.chosen).
     A spec with `vjp:` also gets a grad task (its gradients against the reference's) for each
-    combination with a floating-point input."""
+    combination with a floating-point input.
+
+    Then the derived cases: by default those that add coverage the declared cases lack, each on
+    its first dtype assignment, normal inputs only, under one schedule and without grad tasks;
+    `exhaustive`: every derived case, dtype assignment and grad task, with the declared cases' inputs
+    and schedules (and every input kind under `--inputs default`)."""
     tasks, skipped = [], []
     for k in range(repeat):
         for c, name, i, case, assign, label in matrix(compiled, backends=backends, cases=cases):
-            common = dict(spec_path=str(c.path), kernel=c.spec.name, backend=name, case=case.name, case_index=i,
-                          dtypes=tuple(assign.items()), dtype_label=label, seed=seed + k,
-                          out_root=str(pipeline.out_root_for(c.path)))
-            planned = [LowerTask(**common) if lower else
-                       RunTask(**common, schedules=schedules, inputs=kinds.chosen(inputs, c.spec, assign, i))]
-            if c.spec.vjp is not None and any(dt.is_float(assign[o.name]) for o in c.spec.inputs):
-                planned.append(LowerTask(**common, grad=True) if lower else GradTask(**common))
-            why = _skip_reason(name, platform, lower) or _dtype_reason(c.spec.variants[name], assign, case)
-            for task in planned:
+            for task, why in _tasks(c, name, i, case, assign, label, seed + k, lower, platform, schedules,
+                                    kinds.chosen(inputs, c.spec, assign, i), True):
+                if not why:
+                    tasks.append(task)
+                elif k == 0:
+                    skipped.append(result(task, "skip", why))
+        for c, name, i, d, assign, label in derived_matrix(compiled, backends=backends, cases=cases,
+                                                           exhaustive=exhaustive):
+            chosen = (kinds.NORMAL,)
+            if exhaustive:
+                chosen = kinds.chosen(("all",) if inputs == ("default",) else inputs, c.spec, assign, i)
+            for task, why in _tasks(c, name, i, d.case, assign, label, seed + k, lower, platform,
+                                    schedules if exhaustive else 1, chosen, exhaustive):
+                task = dataclasses.replace(task, case_dims=tuple(d.case.dims.items()))
                 if not why:
                     tasks.append(task)
                 elif k == 0:
                     skipped.append(result(task, "skip", why))
     return tasks, skipped
+
+
+def _tasks(c, name: str, i: int, case, assign: dict, label: str, seed: int, lower: bool, platform: str | None,
+           schedules: int, chosen: tuple, grad: bool) -> list:
+    """[(task, skip reason or None)] for one case x backend x dtype assignment: a run (or lower)
+    task, and a grad task when the spec has `vjp:`, `grad` asks for it and an input is floating-point."""
+    common = dict(spec_path=str(c.path), kernel=c.spec.name, backend=name, case=case.name, case_index=i,
+                  dtypes=tuple(assign.items()), dtype_label=label, seed=seed,
+                  out_root=str(pipeline.out_root_for(c.path)))
+    planned = [LowerTask(**common) if lower else RunTask(**common, schedules=schedules, inputs=chosen)]
+    if grad and c.spec.vjp is not None and any(dt.is_float(assign[o.name]) for o in c.spec.inputs):
+        planned.append(LowerTask(**common, grad=True) if lower else GradTask(**common))
+    why = _skip_reason(name, platform, lower) or _dtype_reason(c.spec.variants[name], assign, case)
+    return [(task, why) for task in planned]
 
 
 def plan_sharded(
