@@ -1,7 +1,7 @@
 """Mutation testing: how many one-change bugs in a spec's kernel side `kspec check` and `kspec verify` catch.
 
     python scripts/mutation_test.py [SPECS...] [-b BACKEND]... [--operator NAME]... [--spec NAME]...
-                                    [--limit N] [--sample N] [--seed S] [--jobs N] [--timeout SECONDS]
+                                    [--mutant ID]... [--limit N] [--sample N] [--seed S] [--jobs N] [--timeout SECONDS]
                                     [--schedules N] [--list] [--json FILE] [--equivalents FILE]
 
 For each spec (default: those of specs/ with an `interpret` or `mosaic_tpu` backend) it makes mutants of the
@@ -595,6 +595,7 @@ def main(argv: list | None = None) -> int:
     p.add_argument("-b", "--backend", action="append", help="backends to judge (default: interpret, mosaic_tpu)")
     p.add_argument("--spec", action="append", help="only specs with this name (file stem); repeatable")
     p.add_argument("--operator", action="append", choices=sorted(OPERATORS), help="only this operator; repeatable")
+    p.add_argument("--mutant", action="append", help="only the mutant with this id (as --list prints); repeatable")
     p.add_argument("--limit", type=int, help="at most N mutants (the first N, after --sample)")
     p.add_argument("--sample", type=int, help="a random sample of N mutants, drawn with --seed")
     p.add_argument("--seed", type=int, default=0, help="seed of the sample and of verify's inputs (default 0)")
@@ -614,6 +615,11 @@ def main(argv: list | None = None) -> int:
             p.error(f"{s}: no such spec file")
     operators = a.operator or list(OPERATORS)
     found = [m for s in specs for m in mutants_of(s, chosen, operators)]
+    if a.mutant:
+        unknown = sorted(set(a.mutant) - {m.id for m in found})
+        if unknown:
+            p.error(f"no such mutant: {', '.join(unknown)} (see --list)")
+        found = [m for m in found if m.id in a.mutant]
     if a.sample is not None:
         found = sorted(random.Random(a.seed).sample(found, min(a.sample, len(found))), key=found.index)
     if a.limit is not None:
