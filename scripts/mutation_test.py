@@ -19,8 +19,9 @@ for the backends the change reaches. A mutant is
 - `check`: killed by `kspec check` (or `kspec generate`) exiting non-zero;
 - `verify`: killed by `kspec verify` exiting non-zero (a task failed or errored);
 - `survived`: verify passed;
-- `equivalent`: its generated package is byte-identical, or identical as Python trees, to the original's (found
-  before verify runs), or it is listed with a reviewed reason in scripts/mutation_equivalents.yaml;
+- `equivalent`: every module of its generated package parses to the same tree as the original's (they differ
+  at most in comments and the header's hashes; found before verify runs), or it is listed with a reviewed reason
+  in scripts/mutation_equivalents.yaml (`--equivalents`);
 - `timeout`: a command ran past --timeout.
 
 Prints a table per operator and per spec and the surviving mutants; `--json FILE` (`-` for standard output)
@@ -33,6 +34,7 @@ from __future__ import annotations
 import argparse
 import ast
 import concurrent.futures
+import copy
 import dataclasses
 import json
 import os
@@ -315,16 +317,14 @@ class Mutant:
 
 
 def _parse(kind: str, value: str) -> tuple:
-    """(tree, line and column offset of the tree's source in `value`)."""
+    """(tree, the source it was parsed from, that source's column in `value`): a body is a module, a grid
+    size an expression, an index map an expression after its `->`."""
     if kind == "body":
-        return ast.parse(value), 0
-    if kind == "index_map":
-        start = value.index("->") + 2
-    else:
-        start = 0
+        return ast.parse(value), value, 0
+    start = value.index("->") + 2 if kind == "index_map" else 0
     rhs = value[start:]
     lead = start + len(rhs) - len(rhs.lstrip())
-    return ast.parse(rhs.strip(), mode="eval").body, lead
+    return ast.parse(rhs.strip(), mode="eval").body, rhs.strip(), lead
 
 
 def _char_col(lines: list, lineno: int, byte_col: int) -> int:
@@ -372,16 +372,14 @@ def mutants_of(spec: Path, chosen: tuple, operators: list) -> list:
                 edits = [((0, 0), (0, len(value)), "parallel", value)]
             else:
                 try:
-                    tree, lead = _parse(site.kind, value)
+                    tree, source, lead = _parse(site.kind, value)
                 except SyntaxError:
-                    continue
+                    continue  # kspec check reports it
                 edits = []
                 grid = tuple(a.strip() for a in value.split("->")[0].split(",")) if site.kind == "index_map" else ()
                 for edit in (fn(tree, grid) if fn is index_off_by_one else fn(tree)):
                     start, end = _span(edit, value, lead)
-                    old = ast.get_source_segment(value.split("->", 1)[-1].strip() if site.kind == "index_map"
-                                                 else value.strip() if site.kind == "grid" else value,
-                                                 edit.node.body[0] if edit.stmts else edit.node) or ""
+                    old = ast.get_source_segment(source, edit.node.body[0] if edit.stmts else edit.node) or ""
                     edits.append((start, end, edit.text, old))
             for start, end, new, old in edits:
                 mutated_value = _splice(value, start, end, new)
@@ -415,12 +413,13 @@ def _same_value(text: str, spec: Path, before: dict, path: tuple, expected: str)
 
 
 def _with(data, path: tuple, value):
-    data = json.loads(json.dumps(data, default=str))
+    """A copy of `data` with `value` at `path`."""
+    data = copy.deepcopy(data)
     node = data
     for key in path[:-1]:
-        node = node[key] if isinstance(node, list) else node[str(key) if str(key) in node else key]
+        node = node[key]
     node[path[-1]] = value
-    return json.loads(json.dumps(data, default=str))
+    return data
 
 
 # --- running them ----------------------------------------------------------------------------------------------
@@ -502,12 +501,10 @@ def _package(root: Path, kernel: str) -> dict:
     return {p.name: p.read_bytes() for p in sorted(folder.glob("*.py"))}
 
 
-def _same_package(a: dict, b: dict) -> str:
-    if a == b:
-        return "generated package byte-identical"
-    if a.keys() == b.keys() and all(ast.dump(ast.parse(a[k])) == ast.dump(ast.parse(b[k])) for k in a):
-        return "generated package AST-identical"
-    return ""
+def _same_package(a: dict, b: dict) -> bool:
+    """The same modules, each parsing to the same tree: they differ at most in comments (each module's header
+    holds the spec's sha256, so a mutant's package is never byte-identical to the original's)."""
+    return a.keys() == b.keys() and all(ast.dump(ast.parse(a[k])) == ast.dump(ast.parse(b[k])) for k in a)
 
 
 class Runner:
@@ -515,9 +512,14 @@ class Runner:
         self.tmp, self.seed, self.timeout, self.schedules = tmp, seed, timeout, schedules
         self.equivalents = equivalents
         self._originals: dict = {}
+        self._lock = threading.Lock()
 
     def original(self, spec: Path) -> dict:
         """The original spec's generated package, rendered the same way as a mutant's."""
+        with self._lock:
+            return self._original(spec)
+
+    def _original(self, spec: Path) -> dict:
         if spec not in self._originals:
             root = self.tmp / f"original-{spec.stem}"
             _project(root, spec, spec.read_text())
@@ -551,9 +553,8 @@ class Runner:
             if r.returncode != 0:
                 return "check", "kspec generate: " + _first_error(r.stdout + r.stderr)
             kernel = yaml.safe_load(m.text)["name"]
-            same = _same_package(_package(root, kernel), self.original(m.spec))
-            if same:
-                return "equivalent", same
+            if _same_package(_package(root, kernel), self.original(m.spec)):
+                return "equivalent", "generated package AST-identical"
             args = ["verify", rel, "--seed", str(self.seed)]
             for b in m.backends:
                 args += ["-b", b]
@@ -568,15 +569,18 @@ class Runner:
 # --- reports ---------------------------------------------------------------------------------------------------
 
 def load_equivalents(path: Path) -> dict:
-    if not path.exists():
-        return {}
-    entries = yaml.safe_load(path.read_text()) or []
+    """{mutant id: reason} from a list of `{mutant: ID, reason: TEXT}`."""
+    entries = yaml.safe_load(path.read_text()) if path.exists() else []
+    if not isinstance(entries, list) or not all(
+            isinstance(e, dict) and set(e) == {"mutant", "reason"} and all(isinstance(v, str) for v in e.values())
+            for e in entries):
+        raise ValueError(f"{path}: expected a list of {{mutant: ID, reason: TEXT}}")
     return {e["mutant"]: e["reason"] for e in entries}
 
 
-def _table(rows: list, by: str) -> str:
+def _table(rows: list, by: str, label: str) -> str:
     keys = sorted({getattr(m, by) for m in rows})
-    head = [by, "mutants", "killed by check", "killed by verify", "survived", "equivalent", "timeout", "score"]
+    head = [label, "mutants", "killed by check", "killed by verify", "survived", "equivalent", "timeout", "score"]
     table = [head]
     for key in keys + ["all"]:
         ms = [m for m in rows if key == "all" or getattr(m, by) == key]
@@ -633,7 +637,10 @@ def main(argv: list | None = None) -> int:
         print("no mutants")
         return 0
 
-    equivalents = load_equivalents(a.equivalents)
+    try:
+        equivalents = load_equivalents(a.equivalents)
+    except (ValueError, yaml.YAMLError) as e:
+        p.error(str(e))
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="kspec-mutation-") as tmp:
         runner = Runner(Path(tmp), a.seed, a.timeout, a.schedules, equivalents)
@@ -642,9 +649,9 @@ def main(argv: list | None = None) -> int:
                 print(f"[{k}/{len(found)}] {m.id}: {m.outcome} ({m.seconds:.1f} s) {m.detail}", file=sys.stderr)
     total = time.monotonic() - started
 
-    print(_table(found, "operator"))
+    print(_table(found, "operator", "operator"))
     print()
-    print(_table(found, "name").replace("name", "spec", 1))
+    print(_table(found, "name", "spec"))
     print()
     survivors = [m for m in found if m.outcome in ("survived", "timeout")]
     for m in survivors:
