@@ -365,7 +365,7 @@ def mutants_of(spec: Path, chosen: tuple, operators: list) -> list:
     for site in sites(doc.data, chosen):
         value = _get(doc.data, site.path)
         for op in operators:
-            desc, kinds, fn = OPERATORS[op]
+            _, kinds, fn = OPERATORS[op]
             if site.kind not in kinds:
                 continue
             if site.kind == "semantics":
@@ -593,7 +593,10 @@ def _table(rows: list, by: str, label: str) -> str:
 
 
 def main(argv: list | None = None) -> int:
+    width = max(map(len, OPERATORS))
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                epilog="operators:\n" + "\n".join(f"  {name:{width}}  {what}"
+                                                                   for name, (what, _, _) in OPERATORS.items()),
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("specs", nargs="*", type=Path, help="spec files (default: specs/ with interpret or mosaic_tpu)")
     p.add_argument("-b", "--backend", action="append", help="backends to judge (default: interpret, mosaic_tpu)")
