@@ -578,6 +578,14 @@ def load_equivalents(path: Path) -> dict:
     return {e["mutant"]: e["reason"] for e in entries}
 
 
+def _stale(equivalents: dict, found: list, specs: list, operators: list) -> list:
+    """Entries for the specs and operators at hand that name no mutant: the spec changed under them."""
+    ids = {m.id for m in found}
+    stems = {s.stem for s in specs}
+    return [key for key in equivalents
+            if key.split(":")[0] in stems and key.split(":")[1] in operators and key not in ids]
+
+
 def _table(rows: list, by: str, label: str) -> str:
     keys = sorted({getattr(m, by) for m in rows})
     head = [label, "mutants", "killed by check", "killed by verify", "survived", "equivalent", "timeout", "score"]
@@ -622,6 +630,13 @@ def main(argv: list | None = None) -> int:
             p.error(f"{s}: no such spec file")
     operators = a.operator or list(OPERATORS)
     found = [m for s in specs for m in mutants_of(s, chosen, operators)]
+    try:
+        equivalents = load_equivalents(a.equivalents)
+    except (ValueError, yaml.YAMLError) as e:
+        p.error(str(e))
+    for stale in _stale(equivalents, found, specs, operators):
+        print(f"note: {a.equivalents.name}: {stale} is no mutant of the spec as it is now (edited since?)",
+              file=sys.stderr)
     if a.mutant:
         unknown = sorted(set(a.mutant) - {m.id for m in found})
         if unknown:
@@ -640,10 +655,6 @@ def main(argv: list | None = None) -> int:
         print("no mutants")
         return 0
 
-    try:
-        equivalents = load_equivalents(a.equivalents)
-    except (ValueError, yaml.YAMLError) as e:
-        p.error(str(e))
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="kspec-mutation-") as tmp:
         runner = Runner(Path(tmp), a.seed, a.timeout, a.schedules, equivalents)
