@@ -36,6 +36,7 @@ import ast
 import concurrent.futures
 import copy
 import dataclasses
+import functools
 import json
 import os
 import random
@@ -54,6 +55,7 @@ sys.path.insert(0, str(REPO.parent))  # the repository root is the `kspec` packa
 
 import yaml  # noqa: E402
 
+from kspec.codegen import project as pipeline  # noqa: E402
 from kspec.codegen.spec import loader  # noqa: E402
 
 RUNNABLE_HERE = ("interpret", "mosaic_tpu")
@@ -304,6 +306,7 @@ class Mutant:
     id: str  # <spec>:<operator>:<line>:<col>[#n], the key of the equivalents file
     spec: Path
     name: str  # the spec's file stem
+    kernel: str  # the spec's `name`, which no mutant changes
     operator: str
     site: str  # the dotted YAML path
     line: int  # where the change starts in the spec file
@@ -331,9 +334,10 @@ def _char_col(lines: list, lineno: int, byte_col: int) -> int:
     return len(lines[lineno - 1].encode()[:byte_col].decode())
 
 
-def _span(edit: Edit, value: str, lead: int) -> tuple:
-    """The (line, col) start and end, 0-based in `value`, that the edit replaces."""
-    lines = value.split("\n")
+def _span(edit: Edit, source: str, lead: int) -> tuple:
+    """The (line, col) start and end that the edit replaces, 0-based in the value whose column `lead` holds
+    `source`."""
+    lines = source.split("\n")
     first, last = (edit.node.body[0], edit.node.body[-1]) if edit.stmts else (edit.node, edit.node)
     start = (first.lineno - 1, _char_col(lines, first.lineno, first.col_offset))
     end = (last.end_lineno - 1, _char_col(lines, last.end_lineno, last.end_col_offset))
@@ -378,7 +382,7 @@ def mutants_of(spec: Path, chosen: tuple, operators: list) -> list:
                 edits = []
                 grid = tuple(a.strip() for a in value.split("->")[0].split(",")) if site.kind == "index_map" else ()
                 for edit in (fn(tree, grid) if fn is index_off_by_one else fn(tree)):
-                    start, end = _span(edit, value, lead)
+                    start, end = _span(edit, source, lead)
                     old = ast.get_source_segment(source, edit.node.body[0] if edit.stmts else edit.node) or ""
                     edits.append((start, end, edit.text, old))
             for start, end, new, old in edits:
@@ -394,7 +398,7 @@ def mutants_of(spec: Path, chosen: tuple, operators: list) -> list:
                 mid = key if seen[key] == 1 else f"{key}#{seen[key]}"
                 old_line = " ".join(old.split())
                 change = f"`{_clip(old_line)}` -> `{_clip(new)}`"
-                out.append(Mutant(mid, spec, spec.stem, op, ".".join(map(str, site.path)), fstart[0] + 1,
+                out.append(Mutant(mid, spec, spec.stem, doc.data["name"], op, ".".join(map(str, site.path)), fstart[0] + 1,
                                   fstart[1] + 1, change, site.backends, mutated))
     return out
 
@@ -424,18 +428,17 @@ def _with(data, path: tuple, value):
 
 # --- running them ----------------------------------------------------------------------------------------------
 
-def _linked(spec: Path) -> set:
+@functools.cache
+def _linked(spec: Path) -> frozenset:
     """The backward specs the spec's vjp names, and theirs."""
     found: set = set()
-    todo = [spec]
+    todo = [pipeline.compile_spec(spec)]
     while todo:
-        data = yaml.safe_load(todo.pop().read_text()) or {}
-        for step in (data.get("vjp") or {}).get("backward") or []:
-            path = spec.parent / step["spec"]
-            if path not in found:
-                found.add(path)
-                todo.append(path)
-    return found
+        for backward in todo.pop().backward:
+            if backward.path not in found:
+                found.add(backward.path)
+                todo.append(backward)
+    return frozenset(found)
 
 
 def _project(root: Path, spec: Path, text: str) -> Path:
@@ -514,19 +517,18 @@ class Runner:
         self._originals: dict = {}
         self._lock = threading.Lock()
 
-    def original(self, spec: Path) -> dict:
+    def original(self, spec: Path, kernel: str) -> dict:
         """The original spec's generated package, rendered the same way as a mutant's."""
         with self._lock:
-            return self._original(spec)
+            return self._original(spec, kernel)
 
-    def _original(self, spec: Path) -> dict:
+    def _original(self, spec: Path, kernel: str) -> dict:
         if spec not in self._originals:
             root = self.tmp / f"original-{spec.stem}"
             _project(root, spec, spec.read_text())
             r = _kspec(["generate"], root, self.timeout)
             if r.returncode != 0:
                 raise SystemExit(f"{spec}: kspec generate failed on the original:\n{r.stdout}{r.stderr}")
-            kernel = yaml.safe_load(spec.read_text())["name"]
             self._originals[spec] = _package(root, kernel)
         return self._originals[spec]
 
@@ -552,8 +554,7 @@ class Runner:
             r = _kspec(["generate"], root, self.timeout)
             if r.returncode != 0:
                 return "check", "kspec generate: " + _first_error(r.stdout + r.stderr)
-            kernel = yaml.safe_load(m.text)["name"]
-            if _same_package(_package(root, kernel), self.original(m.spec)):
+            if _same_package(_package(root, m.kernel), self.original(m.spec, m.kernel)):
                 return "equivalent", "generated package AST-identical"
             args = ["verify", rel, "--seed", str(self.seed)]
             for b in m.backends:
@@ -628,6 +629,11 @@ def main(argv: list | None = None) -> int:
     for s in specs:
         if not s.is_file():
             p.error(f"{s}: no such spec file")
+        compiled = pipeline.compile_spec(s)
+        if not compiled.ok:  # a mutant of a spec that check refuses already would say nothing
+            print("\n".join(d.format() for d in compiled.diagnostics if d.severity == "error"), file=sys.stderr)
+            print(f"{s}: fix the spec first (kspec check {s})", file=sys.stderr)
+            return 2
     operators = a.operator or list(OPERATORS)
     found = [m for s in specs for m in mutants_of(s, chosen, operators)]
     try:
