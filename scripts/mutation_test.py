@@ -1,8 +1,9 @@
 """Mutation testing: how many one-change bugs in a spec's kernel side `kspec check` and `kspec verify` catch.
 
     python scripts/mutation_test.py [SPECS...] [-b BACKEND]... [--operator NAME]... [--spec NAME]...
-                                    [--mutant ID]... [--limit N] [--sample N] [--seed S] [--jobs N] [--timeout SECONDS]
-                                    [--schedules N] [--list] [--json FILE] [--equivalents FILE]
+                                    [--mutant ID]... [--limit N] [--sample N] [--seed S] [--jobs N]
+                                    [--timeout SECONDS] [--task-timeout SECONDS] [--schedules N] [--list]
+                                    [--json FILE] [--equivalents FILE]
 
 For each spec (default: those of specs/ with an `interpret` or `mosaic_tpu` backend) it makes mutants of the
 kernel side, the parts of the spec that the backends run: the bodies, the grids, the index maps and the
@@ -13,8 +14,9 @@ expression (OPERATORS below) and spliced back at that node's place in the file; 
 exactly the changed source, or the mutant is dropped.
 
 Each mutant is written into a project of its own in a temporary folder (with the backward specs its `vjp:`
-names), then `kspec check`, `kspec generate` and `kspec verify --seed S` run on it in subprocesses, verify
-for the backends the change reaches. A mutant is
+names), then `kspec check`, `kspec generate` and `kspec verify --seed S --timeout T` run on it in subprocesses,
+verify for the backends the change reaches (T: --task-timeout, so that a mutant that hangs fails a task). A
+mutant is
 
 - `check`: killed by `kspec check` (or `kspec generate`) exiting non-zero;
 - `verify`: killed by `kspec verify` exiting non-zero (a task failed or errored);
@@ -511,8 +513,10 @@ def _same_package(a: dict, b: dict) -> bool:
 
 
 class Runner:
-    def __init__(self, tmp: Path, seed: int, timeout: float, schedules: int | None, equivalents: dict):
-        self.tmp, self.seed, self.timeout, self.schedules = tmp, seed, timeout, schedules
+    def __init__(self, tmp: Path, seed: int, timeout: float, task_timeout: float, schedules: int | None,
+                 equivalents: dict):
+        self.tmp, self.seed, self.timeout, self.task_timeout = tmp, seed, timeout, task_timeout
+        self.schedules = schedules
         self.equivalents = equivalents
         self._originals: dict = {}
         self._lock = threading.Lock()
@@ -556,7 +560,7 @@ class Runner:
                 return "check", "kspec generate: " + _first_error(r.stdout + r.stderr)
             if _same_package(_package(root, m.kernel), self.original(m.spec, m.kernel)):
                 return "equivalent", "generated package AST-identical"
-            args = ["verify", rel, "--seed", str(self.seed)]
+            args = ["verify", rel, "--seed", str(self.seed), "--timeout", f"{self.task_timeout:g}"]
             for b in m.backends:
                 args += ["-b", b]
             if self.schedules is not None:
@@ -617,6 +621,8 @@ def main(argv: list | None = None) -> int:
     p.add_argument("--seed", type=int, default=0, help="seed of the sample and of verify's inputs (default 0)")
     p.add_argument("--jobs", type=int, default=1, help="mutants run at once (default 1)")
     p.add_argument("--timeout", type=float, default=600.0, help="seconds allowed per command per mutant")
+    p.add_argument("--task-timeout", type=float, default=60.0,
+                   help="verify's --timeout, seconds per task: a mutant that hangs fails a task (default 60)")
     p.add_argument("--schedules", type=int, help="verify's --schedules (default: verify's own)")
     p.add_argument("--list", action="store_true", help="only list the mutants")
     p.add_argument("--json", help="write every mutant's result as JSON to this file (- for standard output)")
@@ -663,7 +669,7 @@ def main(argv: list | None = None) -> int:
 
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="kspec-mutation-") as tmp:
-        runner = Runner(Path(tmp), a.seed, a.timeout, a.schedules, equivalents)
+        runner = Runner(Path(tmp), a.seed, a.timeout, a.task_timeout, a.schedules, equivalents)
         with concurrent.futures.ThreadPoolExecutor(max(1, a.jobs)) as pool:
             for k, m in enumerate(pool.map(runner.run, found), 1):
                 print(f"[{k}/{len(found)}] {m.id}: {m.outcome} ({m.seconds:.1f} s) {m.detail}", file=sys.stderr)
