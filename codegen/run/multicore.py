@@ -33,6 +33,7 @@ import re
 
 import numpy as np
 
+from kspec.codegen.run import deadlock
 from kspec.codegen.spec.model import BLOCKED, BOUNDED, ELEMENT, SQUEEZED
 
 # Schedule k takes COMBOS[k % 4] and its own seed: one pass over the four covers both DMA
@@ -92,8 +93,9 @@ def _record(token, point, core):
     return token
 
 
-def run(call, inputs: list, schedule: Schedule) -> Run:
-    """Run `call(*inputs, interpret=...)` under one schedule."""
+def run(call, inputs: list, schedule: Schedule, inst=None) -> Run:
+    """Run `call(*inputs, interpret=...)` under one schedule; with the task's instance `inst`, a
+    deadlocked semaphore wait raises deadlock.Deadlock (codegen/run/deadlock.py)."""
     import jax
     from jax._src.pallas.mosaic.interpret import interpret_pallas_call as ipc
     from jax.experimental.pallas import tpu as pltpu
@@ -110,13 +112,27 @@ def run(call, inputs: list, schedule: Schedule) -> Run:
         grid_point_recorder=_record,
     )
     printed = io.StringIO()
-    with contextlib.redirect_stdout(printed):
-        outs = jax.block_until_ready(call(*inputs, interpret=params))
+    with contextlib.redirect_stdout(printed), _watching(inst, schedule) as watch:
+        try:
+            outs = jax.block_until_ready(call(*inputs, interpret=params))
+        except Exception:  # noqa: BLE001 - a deadlock surfaces as the interpreter's error: say what it was
+            if watch.found:
+                raise deadlock.Deadlock(watch.found) from None
+            raise
     state = getattr(ipc, "races", None)
     raced = state is not None and getattr(state, "races_found", False)
     outs = tuple(outs) if isinstance(outs, (tuple, list)) else (outs,)
     visits = sorted(_visits, key=lambda v: v[1])  # the cores' threads interleave; each core's order is fixed
     return Run(schedule, outs, [np.asarray(o) for o in outs], visits, printed.getvalue() if raced else None)
+
+
+def _watching(inst, schedule: Schedule):
+    """deadlock.watching for a run of `inst` under `schedule` (names of its semaphores, grid points
+    per core); a mesh kernel's points per core are not known, so only waits on every core count."""
+    if inst is None:
+        return deadlock.watching([], None, _visits)
+    expected = None if inst.spec.kind == "mesh" else deadlock.points_per_core(inst.grid, _parallel(inst), schedule.cores)
+    return deadlock.watching(deadlock.semaphore_names(inst), expected, _visits)
 
 
 def compared(inst, runs: list) -> list:
@@ -362,7 +378,7 @@ def revisit(inst, prefetch: dict, error: BaseException, call, inputs: list, sche
     replayed = ""
     if schedule.cores > 1:
         with contextlib.suppress(Exception):
-            run(call, inputs, dataclasses.replace(schedule, cores=1))
+            run(call, inputs, dataclasses.replace(schedule, cores=1), inst)
         replayed = f" (found by replaying seed {schedule.seed}'s order on 1 core)"
     op = inst.spec.outputs[int(found.group(1))]
     block = inst.variant.blocks.get(op.name)
