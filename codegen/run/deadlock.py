@@ -90,14 +90,13 @@ class Watch:
             now = (self.epoch, len(self.visits)) if blocked else None
             if now is None or now != last:
                 return now
-            self.found = self._message(core, cores)
+            self.found = self._message(cores)
             raise Deadlock(self.found)
 
-    def _message(self, core: int, cores: int) -> str:
+    def _message(self, cores: int) -> str:
         """The deadlock, led by the lowest-numbered waiting core (whichever core found it)."""
-        waiting = sorted(self.waits)
-        first = self.waits[waiting[0]] if waiting else self.waits[core]
-        lead = waiting[0] if waiting else core
+        lead = min(self.waits)  # the core that found it waits too
+        first = self.waits[lead]
         unit = " bytes" if first.dma else ""
         why = ("no DMA started on it is pending (a wait without its start, or on another semaphore than the "
                "DMA's?)" if first.dma else "nothing left to run can signal it")

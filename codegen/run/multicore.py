@@ -127,11 +127,12 @@ def run(call, inputs: list, schedule: Schedule, inst=None) -> Run:
 
 
 def _watching(inst, schedule: Schedule):
-    """deadlock.watching for a run of `inst` under `schedule` (names of its semaphores, grid points
-    per core); a mesh kernel's points per core are not known, so only waits on every core count."""
-    if inst is None:
+    """deadlock.watching for a run of `inst` under `schedule`: the names of its semaphores and its grid
+    points per core. For a mesh kernel neither is known: its semaphores go by number, and a deadlock
+    is found only when every core waits."""
+    if inst is None or inst.spec.kind == "mesh":  # its pipelines allocate semaphores of their own too
         return deadlock.watching([], None, _visits)
-    expected = None if inst.spec.kind == "mesh" else deadlock.points_per_core(inst.grid, _parallel(inst), schedule.cores)
+    expected = deadlock.points_per_core(inst.grid, _parallel(inst), schedule.cores)
     return deadlock.watching(deadlock.semaphore_names(inst), expected, _visits)
 
 
