@@ -184,6 +184,7 @@ def watching(names: list, expected: list | None, visits: list):
             watch.bump()
 
     def wait(self, value, global_core_id, *args, **kwargs):
+        # the interpreter's polling loop (Semaphore.wait), with the check for a deadlock at each poll
         if args or not all(hasattr(self, a) for a in _NEEDED):
             return originals["wait"](self, value, global_core_id, *args, **kwargs)
         core, value = int(global_core_id), int(value)
@@ -208,7 +209,7 @@ def watching(names: list, expected: list | None, visits: list):
         finally:
             with watch.lock:
                 watch.waits.pop(core, None)
-        # the count suffices: the interpreter's own wait takes it, and its happens-before bookkeeping
+        # the count is there: the interpreter's own wait takes it and does its happens-before bookkeeping
         return originals["wait"](self, value, global_core_id, **kwargs)
 
     for name, fn in (("wait", wait), ("signal", signal), ("enqueue_task", enqueue_task)):

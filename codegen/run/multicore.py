@@ -93,8 +93,8 @@ def _record(token, point, core):
     return token
 
 
-def run(call, inputs: list, schedule: Schedule, inst=None) -> Run:
-    """Run `call(*inputs, interpret=...)` under one schedule; with the task's instance `inst`, a
+def run(call, inputs: list, schedule: Schedule, inst) -> Run:
+    """Run `call(*inputs, interpret=...)` of the task instance `inst` under one schedule; a
     deadlocked semaphore wait raises deadlock.Deadlock (codegen/run/deadlock.py)."""
     import jax
     from jax._src.pallas.mosaic.interpret import interpret_pallas_call as ipc
@@ -130,7 +130,7 @@ def _watching(inst, schedule: Schedule):
     """deadlock.watching for a run of `inst` under `schedule`: the names of its semaphores and its grid
     points per core. For a mesh kernel neither is known: its semaphores go by number, and a deadlock
     is found only when every core waits."""
-    if inst is None or inst.spec.kind == "mesh":  # its pipelines allocate semaphores of their own too
+    if inst.spec.kind == "mesh":  # its pipelines allocate semaphores of their own too
         return deadlock.watching([], None, _visits)
     expected = deadlock.points_per_core(inst.grid, _parallel(inst), schedule.cores)
     return deadlock.watching(deadlock.semaphore_names(inst), expected, _visits)

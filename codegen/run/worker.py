@@ -272,7 +272,8 @@ def _run(task: Task, start: float) -> dict:
             out = _run_schedules(task, prep, call, start)
             if out["status"] == "pass":  # the other kinds under the first schedule
                 plan = multicore.schedules(task.seed, task.schedules)
-                out = dict(_other_kinds(task, prep, out, start, lambda *inputs: multicore.run(call, list(inputs), plan[0], prep.inst).outs,
+                out = dict(_other_kinds(task, prep, out, start,
+                                        lambda *inputs: multicore.run(call, list(inputs), plan[0], prep.inst).outs,
                                         multicore.note(plan, plan[0])), schedules=out["schedules"])
             return dict(out, inputs=list(task.inputs))
         finally:  # each schedule compiled a program of its own, which no later task runs: free them
@@ -334,10 +335,10 @@ def _run_schedules(task: Task, prep: Prepared, call, start: float) -> dict:
         try:
             runs.append(multicore.run(call, prep.inputs, schedule, prep.inst))
         except Exception as e:  # noqa: BLE001 - say which schedule it was
-            revisit = str(e) if isinstance(e, deadlock.Deadlock) else multicore.revisit(
+            found = str(e) if isinstance(e, deadlock.Deadlock) else multicore.revisit(
                 prep.inst, prefetch, e, call, prep.inputs, schedule)
             _reset_tpu_interpret()
-            status, message = ("fail", revisit) if revisit else ("error", _first_lines(e))
+            status, message = ("fail", found) if found else ("error", _first_lines(e))
             message += multicore.note(plan, schedule)
             return result(task, status, message, seconds=round(time.monotonic() - start, 3), **extra)
         clobbered = _clobbered(prep, before)
