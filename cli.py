@@ -758,7 +758,7 @@ def _start_run(paths, backends, seed, timeout, devices=None, cases=None, case_ki
     typer.echo(f"seed: {seed}  (reproduce with --seed {seed})")
     from kspec.codegen.run import pool
 
-    session = pool.Session(pool.worker_env(devices), timeout)
+    session = pool.Workers(devices, timeout)
     info = session.info
     typer.echo(f"jax {info['jax_version']} on {info['platform']} ({info['device']})")
     return results, session, seed

@@ -33,6 +33,7 @@ import re
 
 import numpy as np
 
+from kspec.codegen.run import deadlock
 from kspec.codegen.spec.model import BLOCKED, BOUNDED, ELEMENT, SQUEEZED, MemorySpace, ScratchKind
 
 # Schedule k takes COMBOS[k % 4] and its own seed: one pass over the four covers both DMA
@@ -92,8 +93,9 @@ def _record(token, point, core):
     return token
 
 
-def run(call, inputs: list, schedule: Schedule) -> Run:
-    """Run `call(*inputs, interpret=...)` under one schedule."""
+def run(call, inputs: list, schedule: Schedule, inst) -> Run:
+    """Run `call(*inputs, interpret=...)` of the task instance `inst` under one schedule; a
+    deadlocked semaphore wait raises deadlock.Deadlock (codegen/run/deadlock.py)."""
     import jax
     from jax._src.pallas.mosaic.interpret import interpret_pallas_call as ipc
     from jax.experimental.pallas import tpu as pltpu
@@ -110,13 +112,28 @@ def run(call, inputs: list, schedule: Schedule) -> Run:
         grid_point_recorder=_record,
     )
     printed = io.StringIO()
-    with contextlib.redirect_stdout(printed):
-        outs = jax.block_until_ready(call(*inputs, interpret=params))
+    with contextlib.redirect_stdout(printed), _watching(inst, schedule) as watch:
+        try:
+            outs = jax.block_until_ready(call(*inputs, interpret=params))
+        except Exception:  # noqa: BLE001 - a deadlock surfaces as the interpreter's error: say what it was
+            if watch.found:
+                raise deadlock.Deadlock(watch.found) from None
+            raise
     state = getattr(ipc, "races", None)
     raced = state is not None and getattr(state, "races_found", False)
     outs = tuple(outs) if isinstance(outs, (tuple, list)) else (outs,)
     visits = sorted(_visits, key=lambda v: v[1])  # the cores' threads interleave; each core's order is fixed
     return Run(schedule, outs, [np.asarray(o) for o in outs], visits, printed.getvalue() if raced else None)
+
+
+def _watching(inst, schedule: Schedule):
+    """deadlock.watching for a run of `inst` under `schedule`: the names of its semaphores and its grid
+    points per core. For a mesh kernel neither is known: its semaphores go by number, and a deadlock
+    is found only when every core waits."""
+    if inst.spec.kind == "mesh":  # its pipelines allocate semaphores of their own too
+        return deadlock.watching([], None, _visits)
+    expected = deadlock.points_per_core(inst.grid, _parallel(inst), schedule.cores)
+    return deadlock.watching(deadlock.semaphore_names(inst), expected, _visits)
 
 
 def compared(inst, runs: list) -> list:
@@ -366,7 +383,7 @@ def revisit(inst, prefetch: dict, error: BaseException, call, inputs: list, sche
     replayed = ""
     if schedule.cores > 1:
         with contextlib.suppress(Exception):
-            run(call, inputs, dataclasses.replace(schedule, cores=1))
+            run(call, inputs, dataclasses.replace(schedule, cores=1), inst)
         replayed = f" (found by replaying seed {schedule.seed}'s order on 1 core)"
     op = inst.spec.outputs[int(found.group(1))]
     block = inst.variant.blocks.get(op.name)

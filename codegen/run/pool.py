@@ -16,6 +16,7 @@ import sys
 import time
 from multiprocessing import connection as mp_connection
 
+from kspec.codegen.backends import BACKENDS
 from kspec.codegen.run.tasks import DONE, Result, Status, Task, result
 
 class Session:
@@ -259,8 +260,57 @@ def _exit_reason(code) -> str:
     return f"exit code {code}"
 
 
-def worker_env(devices: int | None = None) -> dict:
+# XLA on the CPU computes a bfloat16 operation in float32 and may drop the round trip float32 ->
+# bfloat16 -> float32 that follows it (excess precision). A TPU rounds every bfloat16 result, a
+# dot's included, before the next operation reads it; with this flag XLA keeps every rounding the
+# program asks for, so a kernel in TPU interpret mode rounds as a TPU does.
+TPU_NUMERICS = "--xla_allow_excess_precision=false"
+
+
+def worker_env(devices: int | None = None, tpu_numerics: bool = False) -> dict:
     env = {"JAX_PLATFORMS": os.environ.get("JAX_PLATFORMS", "")}
-    if devices:
-        env["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + f" --xla_force_host_platform_device_count={devices}").strip()
+    flags = [f"--xla_force_host_platform_device_count={devices}"] if devices else []
+    flags += [TPU_NUMERICS] if tpu_numerics else []
+    if flags:
+        env["XLA_FLAGS"] = " ".join([os.environ.get("XLA_FLAGS", ""), *flags]).strip()
     return env
+
+
+class Workers:
+    """The workers of a verify, bench or tune run: one for every task, except that off a TPU the
+    mosaic_tpu tasks (which run in TPU interpret mode) go to a second worker, started when the first
+    such task comes, whose XLA keeps every rounding (TPU_NUMERICS). The other backends and their
+    references keep XLA's default numerics."""
+
+    def __init__(self, devices: int | None, timeout: float):
+        self.devices, self.timeout = devices, timeout
+        self._main = Session(worker_env(devices), timeout)
+        self.info = self._main.info
+        self._tpu: Session | None = None
+
+    def _for(self, task: Task) -> Session:
+        if not BACKENDS[task.backend].simulated_on(self.info["platform"]):
+            return self._main
+        if self._tpu is None:
+            self._tpu = Session(worker_env(self.devices, tpu_numerics=True), self.timeout)
+        return self._tpu
+
+    def run(self, task: Task) -> Result:
+        try:
+            session = self._for(task)
+        except RuntimeError as e:  # the second worker failed to start
+            return result(task, "error", str(e))
+        return session.run(task)
+
+    def stream(self, task: Task):
+        try:
+            session = self._for(task)
+        except RuntimeError as e:
+            yield result(task, "error", str(e))
+            return
+        yield from session.stream(task)
+
+    def close(self) -> None:
+        for session in (self._main, self._tpu):
+            if session is not None:
+                session.close()

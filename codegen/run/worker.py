@@ -24,7 +24,7 @@ import numpy as np
 
 from kspec.codegen.backends import BACKENDS
 from kspec.codegen.checks import instances
-from kspec.codegen.run import multicore
+from kspec.codegen.run import deadlock, multicore
 from kspec.codegen import project as pipeline
 from kspec.codegen.spec import dtypes as dt
 from kspec.codegen.run.compare import compare_within, verdict_result
@@ -279,7 +279,8 @@ def _run(task: Task, start: float) -> Result:
             out = _run_schedules(task, prep, call, start)
             if out.passed:  # the other kinds under the first schedule
                 plan = multicore.schedules(task.seed, task.schedules)
-                out = _other_kinds(task, prep, out, start, lambda *inputs: multicore.run(call, list(inputs), plan[0]).outs,
+                out = _other_kinds(task, prep, out, start,
+                                   lambda *inputs: multicore.run(call, list(inputs), plan[0], prep.inst).outs,
                                    multicore.note(plan, plan[0])).updated(schedules=out.extra["schedules"])
             return out.updated(inputs=list(task.inputs))
         finally:  # each schedule compiled a program of its own, which no later task runs: free them
@@ -339,11 +340,12 @@ def _run_schedules(task: RunTask, prep: Prepared, call, start: float) -> Result:
     runs = []
     for schedule in plan:
         try:
-            runs.append(multicore.run(call, prep.inputs, schedule))
+            runs.append(multicore.run(call, prep.inputs, schedule, prep.inst))
         except Exception as e:  # noqa: BLE001 - say which schedule it was
-            revisit = multicore.revisit(prep.inst, prefetch, e, call, prep.inputs, schedule)
+            found = str(e) if isinstance(e, deadlock.Deadlock) else multicore.revisit(
+                prep.inst, prefetch, e, call, prep.inputs, schedule)
             _reset_tpu_interpret()
-            status, message = (Status.FAIL, revisit) if revisit else (Status.ERROR, _first_lines(e))
+            status, message = (Status.FAIL, found) if found else (Status.ERROR, _first_lines(e))
             message += multicore.note(plan, schedule)
             return result(task, status, message, seconds=round(time.monotonic() - start, 3), **extra)
         clobbered = _clobbered(prep, before)

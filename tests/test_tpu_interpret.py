@@ -1,0 +1,84 @@
+"""verify's TPU interpret mode beyond the schedules (test_multicore): TPU numerics on the CPU, where
+a bfloat16 dot is rounded to bfloat16 as a TPU rounds it, and deadlocked semaphore waits reported as
+failures that name the semaphore and the grid point, not as timeouts."""
+
+from __future__ import annotations
+
+from test_multicore import _place
+from test_verify import PLANTED, kspec, project, results
+
+from kspec.codegen.run import deadlock, pool
+
+WITHOUT_START = (
+    "deadlock: core 0, grid point (0,), waits at WAIT on DMA semaphore sem for 4096 bytes; it holds 0 and no DMA "
+    "started on it is pending (a wait without its start, or on another semaphore than the DMA's?); core 1, grid "
+    "point (2,), waits at WAIT on DMA semaphore sem too [TPU interpret mode, schedule 1 of 4: seed 7, on_wait DMAs, "
+    "2 cores]"
+)
+WRONG_SEMAPHORE = (
+    "deadlock: core 0 waits at WAIT on DMA semaphore in_sem[1] for 4096 bytes; it holds 0 and no DMA started on it "
+    "is pending (a wait without its start, or on another semaphore than the DMA's?); core 1 has no grid point left "
+    "to run [TPU interpret mode, schedule 1 of 4: seed 7, on_wait DMAs, 2 cores]"
+)
+
+
+def test_only_the_tpu_interpret_worker_keeps_every_rounding():
+    assert pool.worker_env(tpu_numerics=True)["XLA_FLAGS"].split()[-1] == "--xla_allow_excess_precision=false"
+    assert "--xla_allow_excess_precision=false" not in pool.worker_env(8)["XLA_FLAGS"]
+    flags = pool.worker_env(8, tpu_numerics=True)["XLA_FLAGS"].split()
+    assert flags[-2:] == ["--xla_force_host_platform_device_count=8", "--xla_allow_excess_precision=false"]
+
+
+def test_bf16_dot_without_f32_result_fails_in_tpu_interpret_mode_only(tmp_path):
+    planted = PLANTED / "matmul_bf16_partials.yaml"
+    fixed = tmp_path / "fixed" / "matmul_bf16_f32_partials.yaml"
+    fixed.parent.mkdir()
+    text = planted.read_text().replace("name: matmul_bf16_partials", "name: matmul_bf16_f32_partials")
+    text = text.replace("jnp.dot(x_ref[...], y_ref[...])  # BUG: no preferred_element_type=jnp.float32",
+                        "jnp.dot(x_ref[...], y_ref[...], preferred_element_type=jnp.float32)")
+    assert text.count("preferred_element_type") == 3
+    fixed.write_text(text)
+    (tmp_path / "p").mkdir()
+    proj = project(tmp_path / "p", planted, fixed)
+    report = tmp_path / "r.json"
+    rc, out, err = kspec("verify", "--seed", "3", "--schedules", "2", "--json", report, cwd=proj)
+    assert rc == 1, out + err
+    rows = {(r["kernel"], r["backend"]): r for r in results(report)}
+    assert {k: r["status"] for k, r in rows.items()} == {
+        ("matmul_bf16_f32_partials", "interpret"): "pass",
+        ("matmul_bf16_f32_partials", "mosaic_tpu"): "pass",
+        # XLA on the CPU keeps the bfloat16 dot in float32 (excess precision) ...
+        ("matmul_bf16_partials", "interpret"): "pass",
+        # ... and in TPU interpret mode rounds it to bfloat16 first, as a TPU does
+        ("matmul_bf16_partials", "mosaic_tpu"): "fail",
+    }
+    assert rows[("matmul_bf16_partials", "mosaic_tpu")]["message"] == (
+        "output o: 4428 of 16384 elements outside tolerance; worst at (21, 29): got -71.5625, expected -71.3747 "
+        "[TPU interpret mode, the same under all 2 schedules]"
+    )
+    assert rows[("matmul_bf16_f32_partials", "mosaic_tpu")]["rel_err"] < 1e-6
+
+
+def test_deadlocked_dma_waits_fail_naming_the_semaphore_and_the_grid_point(tmp_path):
+    bugs = ("dma_wait_without_start", "dma_wait_wrong_semaphore")
+    proj = project(tmp_path, *(PLANTED / f"{b}.yaml" for b in bugs))
+    report = tmp_path / "r.json"
+    # a timeout that is never reached: each deadlock is found within a few polls
+    rc, out, err = kspec("verify", "--seed", "7", "--timeout", "120", "--json", report, cwd=proj)
+    assert rc == 1, out + err
+    rows = {r["kernel"]: r for r in results(report)}
+    assert {k: r["status"] for k, r in rows.items()} == dict.fromkeys(bugs, "fail")
+    generated = proj / "generated"
+    wait = _place(generated / bugs[0] / "mosaic_tpu.py", "copy.wait()")
+    assert rows[bugs[0]]["message"] == WITHOUT_START.replace("WAIT", wait)
+    wait = _place(generated / bugs[1] / "mosaic_tpu.py", "copy_in(steps - 1, (steps - 1) % 2).wait()")
+    assert rows[bugs[1]]["message"] == WRONG_SEMAPHORE.replace("WAIT", wait)
+    assert "0 passed, 2 failed, 0 errors, 0 skipped" in out
+
+
+def test_grid_points_per_core_split_the_parallel_axes_as_tpu_interpret_mode_does():
+    assert deadlock.points_per_core((4,), [0], 2) == [2, 2]
+    assert deadlock.points_per_core((5,), [0], 2) == [3, 2]
+    assert deadlock.points_per_core((3, 2, 4), [0, 1], 2) == [12, 12]
+    assert deadlock.points_per_core((4, 3), [], 2) == [12, 0]  # no parallel axis: core 0 runs them all
+    assert deadlock.points_per_core((), [], 2) == [1, 0]
