@@ -3,11 +3,12 @@
 #
 #   bash scripts/gpu_session.sh [STEP...]   steps: verify lower tune random bench attention hopper profile
 #                                            verify-norms verify-tma tune-sweep generate sweep grad-sweep
-#                                            verify-grad grad-bench
+#                                            verify-grad grad-bench mutate
 #                                            (default: verify tune)
 #
 # SWEEP_SPECS, SWEEP_FAMILY (a family's name, or "all"), SWEEP_ARGS (e.g. --case NAME), SWEEP_SAMPLES, TUNE_BUDGET (seconds) and TUNE_ARGS
-# shape the sweep steps; BENCH_SPECS and BENCH_ARGS the grad-bench step.
+# shape the sweep steps; BENCH_SPECS and BENCH_ARGS the grad-bench step; MUTATE_ARGS (e.g. --sample 24 --jobs 4)
+# the mutate step (scripts/mutation_test.py over the Triton and Mosaic GPU bodies).
 #
 # The machine needs jax with its CUDA plugin; where it lacks jsonschema and has no network, put
 # the jsonschema wheels (and their dependencies) in .whl/ (git-ignored) and they are installed
@@ -85,6 +86,8 @@ for step in ${*:-verify tune}; do
     grad-sweep) kspec bench ${SWEEP_SPECS:-$NORM_FORWARD} --grad --sweep "${family[@]}" --backend triton --backend mosaic_gpu \
               --samples "${SWEEP_SAMPLES:-10}" --seed 3 ${SWEEP_ARGS:-} --json "$OUT/grad-sweep.json" \
               --markdown "$OUT/grad-sweep.md" 2>"$OUT/grad-sweep.err" | sed -n '/^## Sweep/,$p' ;;
+    mutate) python3 scripts/mutation_test.py -b triton -b mosaic_gpu ${MUTATE_ARGS:-} --json "$OUT/mutation.json" \
+              2>"$OUT/mutation.err" | tail -60 ;;
     grad-bench) kspec bench ${BENCH_SPECS:-specs/flash_attention.yaml} --grad --backend triton \
               --samples "${SWEEP_SAMPLES:-10}" --seed 3 ${BENCH_ARGS:-} --json "$OUT/grad-bench.json" \
               --markdown "$OUT/grad-bench.md" 2>"$OUT/grad-bench.err" | tail -30 ;;
