@@ -453,10 +453,21 @@ def _project(root: Path, spec: Path, text: str) -> Path:
     return target
 
 
+def _env(**extra) -> dict:
+    """This process's environment, with the repository's parent first on PYTHONPATH (the repository is the
+    `kspec` package; where it is not installed, a folder that links it as `kspec` may be on PYTHONPATH)."""
+    path = os.pathsep.join(p for p in (str(REPO.parent), os.environ.get("PYTHONPATH", "")) if p)
+    return {**os.environ, "PYTHONPATH": path, **extra}
+
+
 def _kspec(args: list, cwd: Path, timeout: float) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": str(REPO.parent)}
-    return subprocess.run([sys.executable, "-m", "kspec", *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=timeout, env=env)
+    """Run `kspec ARGS`. Exit 2 with a located diagnostic is a refusal (the mutant is killed); any other
+    failure means kspec itself did not run here, and ends the run."""
+    r = subprocess.run([sys.executable, "-m", "kspec", *args], cwd=cwd, capture_output=True, text=True,
+                       timeout=timeout, env=_env())
+    if r.returncode != 0 and not (r.returncode == 2 and "error[" in r.stdout + r.stderr):
+        raise SystemExit(f"kspec {args[0]} exited {r.returncode} without a diagnostic:\n{(r.stdout + r.stderr)[-2000:]}")
+    return r
 
 
 def _verify(args: list, cwd: Path, timeout: float) -> str:
@@ -464,7 +475,7 @@ def _verify(args: list, cwd: Path, timeout: float) -> str:
 
     verify prints `[k/n] <status> <task>` on standard error as each task ends (standard error not being a
     terminal); a mutant is killed by its first failed task, so verify is stopped there."""
-    env = {**os.environ, "PYTHONPATH": str(REPO.parent), "PYTHONUNBUFFERED": "1"}
+    env = _env(PYTHONUNBUFFERED="1")
     with open(cwd / "verify.out", "w+") as out:
         proc = subprocess.Popen([sys.executable, "-m", "kspec", *args], cwd=cwd, env=env, text=True,
                                 stdout=out, stderr=subprocess.PIPE, start_new_session=True)
