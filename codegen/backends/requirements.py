@@ -4,8 +4,9 @@ The rules in rules.py check a spec's cases before anything runs. A user calls a 
 other shapes, so the generated `_dispatch.py` evaluates the same limits per call, before
 tracing, and backend="auto" passes over a backend that cannot run the call:
 
-  Triton: every block dim a power of two (unless the block is `masked`: the body loads and
-    stores it through masks over a power-of-two range);
+  Triton: every block dim a power of two (unless the block is `masked` or `sliced`: the body
+    loads and stores it through masks over a power-of-two range, or in power-of-two slices;
+    a dim the body only slices needs its slice sizes to be powers of two instead);
   Mosaic GPU: a TMA copy moves at most 256 elements along each dim of the (tiled) block, and
     blocks x pipeline depth + shared-memory scratch fit 227 KiB;
   Mosaic TPU: the last two dims of a VMEM block tile by (8 x packing, 128) or are whole (a
@@ -53,10 +54,6 @@ def _tuple_src(exprs) -> str:
     return "(" + ", ".join(parts) + ("," if len(parts) == 1 else "") + ")"
 
 
-def _dims_src(exprs) -> list:
-    return [e for e in exprs if e is not None and not isinstance(e.constant, int)]
-
-
 def _with_values(c) -> str:
     """The constraint's message (or its re-printed expression), then the values it read."""
     names = sorted(c.expr.names)
@@ -90,19 +87,41 @@ def _triton(spec: KernelSpec, variant: Variant) -> list:
     out = []
     for op in spec.operands:
         block = variant.blocks.get(op.name)
-        if block is not None and block.masked:
+        if block is not None and (block.masked or block.sliced):
             continue
         exprs = _block_exprs(spec, variant, op)
         if exprs is None:
             continue
-        varying = _dims_src(exprs)
-        if not varying:
+        dims, slices = _triton_pow2_checks(spec, variant, op, exprs)
+        if not dims and not slices:
             continue  # constant blocks: kspec check rules on them (E711)
-        cond = " and ".join(f"_runtime.is_pow2({e.render()})" for e in varying)
+        cond = " and ".join(f"_runtime.is_pow2({e})" for e in dims + slices)
+        shown = ""
+        if slices:
+            values = f"({', '.join(slices)}{',' if len(slices) == 1 else ''})"
+            shown = f" + {_lit(' or its slices (')} + _runtime.shown({slices!r}, {values}) + {_lit(')')}"
         out.append(Requirement(
-            cond, f"{_lit(op.name + ' block ')} + str({_tuple_src(exprs)}) + "
+            cond, f"{_lit(op.name + ' block ')} + str({_tuple_src(exprs)}){shown} + "
                   f"{_lit(' is not all powers of two, which Triton needs')}"))
     return out
+
+
+def _triton_pow2_checks(spec: KernelSpec, variant: Variant, op, exprs: tuple) -> tuple:
+    """(varying block dims, slice sizes): source of each value that must be a power of two
+    for Triton to lower the operand's block. A dim the body takes only static slices of (see
+    rules.slice_sizes) needs the params or dims that size those slices to be, not itself."""
+    known = {p.name for p in variant.params} | set(spec.dims)
+    sliced = rules.slice_sizes(variant.body.source, op.name, exprs)
+    dims, slices = [], []
+    for d, e in enumerate(exprs):
+        sizes = sliced.get(d, ())
+        if e is None:
+            continue
+        if sizes and all(s in known if isinstance(s, str) else rules.is_pow2(s) for s in sizes):
+            slices += [s for s in sizes if isinstance(s, str) and s not in slices]
+        elif not isinstance(e.constant, int):
+            dims.append(e.render())
+    return dims, slices
 
 
 def _itemsize_src(name: str) -> str:

@@ -130,6 +130,7 @@ class Block:
     memory_space: str | None = None  # any | hbm | vmem | smem | gmem; None: the backend's default
     buffers: int | None = None  # pipeline_mode: pl.Buffered(buffers)
     masked: bool = False  # the body loads and stores it masked: on triton its dims need not be powers of two
+    sliced: bool = False  # the body takes only power-of-two slices of it: on triton its dims need not be powers of two
     collective_axes: tuple = ()  # Mosaic GPU pipeline inputs: the cluster axis a copy is multicast along
 
     def kind(self, d: int) -> str:
@@ -486,6 +487,7 @@ class _Builder:
                 spec.get("memory_space"),
                 (spec.get("pipeline_mode") or {}).get("buffered"),
                 masked=bool(spec.get("masked", False)),
+                sliced=bool(spec.get("sliced", False)),
             )
         return out
 
