@@ -251,7 +251,7 @@ EXPECTED = {
     "E407": ['specs/bad.yaml:10:26: error[E407]: p: dtype refers to output `o`', '  = help: an operand can only share the dtype of an input that has a dtype of its own'],
     "E408": ['specs/bad.yaml:9:15: error[E408]: o: `K` is not a dim bound by an input shape, nor a param', "  = help: use it alone as a dim of some input's shape, or declare it under params"],
     "E409": ['specs/bad.yaml:22:3: error[E409]: unknown backend `cuda`', '  = help: backends: interpret, mosaic_gpu, mosaic_tpu, triton'],
-    "E410": ['specs/bad.yaml:7:3: error[E410]: scalar-prefetch input s has no `init: {kind: index, ...}` saying what values it holds', '  = help: a prefetched input holds indices: shape [n], an int dtype, init {kind: index, bound: ...}'],
+    "E410": ['specs/bad.yaml:7:3: error[E410]: scalar-prefetch input s has no `init: {kind: index, ...}` saying what values it holds', '  = help: a prefetched input holds indices: a shape such as [n] or [B, n], an int dtype, init {kind: index, bound: ...}'],
     "E411": ['specs/bad.yaml:7:41: error[E411]: x.init: low 1 is not below high 0'],
     "E412": ['specs/bad.yaml:18:1: error[E412]: input_output_aliases: `y` is not an input', '  = help: alias an output to an input of the same shape and dtype'],
     "E413": ["specs/bad.yaml:23:7: error[E413]: triton: x: memory_space vmem is not one of triton's", '  = help: memory spaces on triton: any'],

@@ -240,13 +240,13 @@ def grid_points(grid: tuple, budget: list | None = None, cost: int = 1):
 class _Filled:
     """A scalar-prefetch array as the bounds check sees it: every entry one value of its range."""
 
-    def __init__(self, length: int, value: int):
-        self.length, self.value = length, value
+    def __init__(self, shape: tuple, value: int):
+        self.shape, self.value = shape, value
 
     def __len__(self) -> int:
-        return self.length
+        return self.shape[0]
 
-    def __getitem__(self, index: int) -> int:
+    def __getitem__(self, index) -> int:
         return self.value
 
 
@@ -261,8 +261,8 @@ def _prefetch_fills(inst: Instance) -> list:
             bound = init.bound(inst.env, inst.shapes)
         except (ExprError, NotEvaluable, KeyError, IndexError):
             return [({}, "")]
-        n = inst.shapes[op.name][0]
-        low[op.name], high[op.name] = _Filled(n, 0), _Filled(n, max(bound - 1, 0))
+        shape = inst.shapes[op.name]
+        low[op.name], high[op.name] = _Filled(shape, 0), _Filled(shape, max(bound - 1, 0))
     if not low:
         return [({}, "")]
     shown = lambda fill: ", ".join(f"{k}[...] = {f.value}" for k, f in fill.items())

@@ -423,13 +423,13 @@ def _structure(spec: KernelSpec, v: Variant) -> list:
 
 
 def _prefetch(spec: KernelSpec) -> list:
-    """E410: a scalar-prefetch input is a 1-D integer array with an index initialiser and no block."""
+    """E410: a scalar-prefetch input is an integer array (of rank 1 or more) with an index initialiser and no block."""
     out = []
     for op in spec.prefetched:
         dtypes = op.dtypes or next(o.dtypes for o in spec.inputs if o.name == op.follows) or ()
         problems = []
-        if op.rank != 1:
-            problems.append(f"has rank {op.rank}, not 1")
+        if op.rank == 0:
+            problems.append("has rank 0; give it shape [1]")
         if any(dt.DTYPES.get(d, (0, ""))[1] not in ("i", "u") for d in dtypes):
             problems.append(f"has dtype {', '.join(dtypes)}, not an integer type")
         if op.init is None or op.init.kind != "index":
@@ -443,7 +443,7 @@ def _prefetch(spec: KernelSpec) -> list:
                     "E410",
                     f"scalar-prefetch input {op.name} {p}",
                     op.loc,
-                    "a prefetched input holds indices: shape [n], an int dtype, init {kind: index, bound: ...}",
+                    "a prefetched input holds indices: a shape such as [n] or [B, n], an int dtype, init {kind: index, bound: ...}",
                 )
             )
     return out

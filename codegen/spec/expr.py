@@ -6,7 +6,7 @@ every node is on the whitelist, and it is evaluated by walking it.
 
     names, ints (and float/bool constants), + - * // %, unary -,
     comparisons, and/or/not, min(...), max(...), cdiv(a, b), next_pow2(n)
-    index maps only: ref[expr] where ref is a scalar-prefetch operand,
+    index maps only: ref[expr, ...] where ref is a scalar-prefetch operand (one index per dim),
     ds(start, size), the slice a bounded_slice block dim takes (pl.ds), and the
     conditionals select(c, a, b) and `a if c else b` (jnp.where: both sides are
     computed, so the checks evaluate both too)
@@ -272,10 +272,13 @@ def _check(node: ast.AST, names: set, subscripts: bool, lead: int, top: bool = T
         rec(node.body)
         rec(node.orelse)
     elif isinstance(node, ast.Subscript) and subscripts:
-        if not isinstance(node.value, ast.Name) or isinstance(node.slice, (ast.Slice, ast.Tuple)):
+        indices = node.slice.elts if isinstance(node.slice, ast.Tuple) else [node.slice]
+        if not isinstance(node.value, ast.Name) or not indices or any(
+                isinstance(i, (ast.Slice, ast.Starred, ast.Tuple)) for i in indices):
             raise bad("this subscript")
         names.add(node.value.id)
-        rec(node.slice)
+        for i in indices:
+            rec(i)
     else:
         raise bad(f"`{type(node).__name__}`")
 
@@ -323,16 +326,26 @@ def _eval(node: ast.AST, env: Mapping[str, Any]) -> Any:
     if isinstance(node, ast.Tuple):
         return tuple(_eval(e, env) for e in node.elts)
     if isinstance(node, ast.Subscript):
-        seq = _eval(node.value, env)
-        index = _eval(node.slice, env)
-        if seq is None:
-            raise NotEvaluable(ast.unparse(node))
-        if not 0 <= index < len(seq):
-            raise ExprError(
-                "E303", f"`{ast.unparse(node)}` reads index {index} of {len(seq)}", node.col_offset
-            )
-        return int(seq[index])
+        return _read(node, _eval(node.value, env), env)
     raise ExprError("E300", f"cannot evaluate `{ast.unparse(node)}`")
+
+
+def _read(node: ast.Subscript, array, env: Mapping[str, Any]) -> int:
+    """`ref[i, j]`: one entry of a scalar-prefetch array (anything with a shape, or a list),
+    every index checked against its dim."""
+    if array is None:
+        raise NotEvaluable(ast.unparse(node))
+    parts = node.slice.elts if isinstance(node.slice, ast.Tuple) else [node.slice]
+    index = tuple(_eval(p, env) for p in parts)
+    shape = tuple(getattr(array, "shape", (len(array),)))
+    if len(index) != len(shape):
+        raise ExprError("E303", f"`{ast.unparse(node)}` gives {len(index)} "
+                        f"{'index' if len(index) == 1 else 'indices'} to an array of rank {len(shape)}", node.col_offset)
+    for d, (i, n) in enumerate(zip(index, shape)):
+        if not 0 <= i < n:
+            along = f" along dim {d}" if len(shape) > 1 else ""
+            raise ExprError("E303", f"`{ast.unparse(node)}` reads index {i} of {n}{along}", node.col_offset)
+    return int(array[index if len(index) > 1 else index[0]])
 
 
 def _bounded(value, node):

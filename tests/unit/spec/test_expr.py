@@ -180,6 +180,19 @@ def test_index_map_render():
     assert parse_index_map(" -> (0,)").render() == "lambda : (0,)"
 
 
+def test_index_map_reads_a_prefetch_array_of_any_rank_one_index_per_dim():
+    import numpy as np
+
+    m = parse_index_map("b, i, pt -> (pt[b, i], 0)", subscripts=True)
+    table = np.arange(6).reshape(2, 3)
+    assert m.eval({"b": 1, "i": 2, "pt": table}) == (5, 0)
+    assert m.render() == "lambda b, i, pt: (pt[b, i], 0)"
+    with pytest.raises(ExprError, match=r"`pt\[b, i\]` reads index 3 of 3 along dim 1"):
+        m.eval({"b": 1, "i": 3, "pt": table})
+    with pytest.raises(ExprError, match=r"`pt\[i\]` gives 1 index to an array of rank 2"):
+        parse_index_map("i, pt -> (pt[i],)", subscripts=True).eval({"i": 0, "pt": table})
+
+
 def test_index_map_conditionals_evaluate_both_sides_and_render_as_jnp_where():
     m = parse_index_map("i, j -> (select(i > 0, i - 1, 0), j if 0 < j < 3 and not i else 2)", subscripts=True)
     assert [m.eval({"i": i, "j": j}) for i, j in ((0, 1), (2, 1), (0, 3))] == [(0, 1), (1, 2), (0, 2)]
@@ -204,7 +217,7 @@ def test_index_map_subscripts_only_when_allowed():
         m.eval({"i": 2, "idx": [7, 9]})
     with pytest.raises(ExprError, match="`Subscript` is not allowed"):
         parse_index_map("i, idx -> (idx[i], 0)")
-    for bad in ("i, idx -> (idx[0:2],)", "i, idx -> (idx[i, 0],)", "i -> (f(i)[0],)"):
+    for bad in ("i, idx -> (idx[0:2],)", "i, idx -> (idx[i, 0:2],)", "i, idx -> (idx[()],)", "i -> (f(i)[0],)"):
         with pytest.raises(ExprError):
             parse_index_map(bad, subscripts=True)
 
