@@ -209,7 +209,15 @@ def _dtype_src(spec: KernelSpec, op) -> str:
         return f"{op.name}.dtype"
     if op.follows is not None:
         return _dtype_src(spec, spec.operand(op.follows))
+    if op.dtype_map is not None:
+        return _mapped_src(op.dtype_map)
     return repr(op.dtypes[0])
+
+
+def _mapped_src(m) -> str:
+    """Python source of the dtype name a dtype map gives for its input's dtype in the call
+    (without the call's out_dtype, which the dispatcher does not see)."""
+    return "{" + ", ".join(f"{k!r}: {v!r}" for k, v in m.table) + "}" + f"[jnp.dtype({m.source}.dtype).name]"
 
 
 def _tpu_1d(spec: KernelSpec, op, block) -> list:
@@ -247,11 +255,15 @@ def itemsizes(spec: KernelSpec, variant: Variant) -> list:
             return f"jnp.dtype({o.name}.dtype).itemsize"
         if o.follows is not None:
             return of(by_name[o.follows])
+        if o.dtype_map is not None:
+            return f"jnp.dtype({_mapped_src(o.dtype_map)}).itemsize"
         return repr(dt.itemsize(o.dtypes[0]))
 
     for o in spec.operands:
         out.append((o.name, of(o)))
     for s in variant.scratch:
-        if s.kind == "array" and s.dtype is not None:
+        if s.kind == "array" and s.dtype_map is not None:
+            out.append((s.name, f"jnp.dtype({_mapped_src(s.dtype_map)}).itemsize"))
+        elif s.kind == "array" and s.dtype is not None:
             out.append((s.name, of(by_name[s.dtype]) if s.dtype in by_name else repr(dt.itemsize(s.dtype))))
     return out

@@ -255,7 +255,7 @@ def scratch_bytes(inst, spaces: tuple) -> int:
     total = 0
     for s in inst.variant.scratch:
         if s.kind == "array" and s.memory_space in spaces:
-            total += math.prod(inst.scratch_shapes[s.name]) * dt.itemsize(inst.dtypes.get(s.dtype, s.dtype))
+            total += math.prod(inst.scratch_shapes[s.name]) * dt.itemsize(s.dtype_in(inst.dtypes))
     return total
 
 

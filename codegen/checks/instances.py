@@ -73,6 +73,8 @@ class DtypeAssignments:
         for op in self.spec.operands:
             if op.follows is not None:
                 assign[op.name] = assign[op.follows]
+            elif op.dtype_map is not None:
+                assign[op.name] = op.dtype_map.of(assign[op.dtype_map.source])
             elif op.role == "output":
                 assign[op.name] = op.dtypes[0]
         return assign

@@ -50,7 +50,7 @@ TEMPLATE_NAMES = frozenset({
 TEMPLATE_LOCALS = frozenset({"chosen", "mesh", "module", "num_sms", "options", "out", "params"})
 RESERVED = frozenset(
     {"jax", "jnp", "lax", "pl", "np", "functools", "math", "pltpu", "plgpu", "pltriton"}
-    | {"backend", "interpret", "cdiv", "residuals"}
+    | {"backend", "interpret", "cdiv", "residuals", "out_dtype"}
     | TEMPLATE_NAMES
     | set(keyword.kwlist)
     | set(dir(builtins))
@@ -60,7 +60,7 @@ ALLOWED_IMPORT_ROOTS = frozenset({"jax", "numpy"}) | frozenset(sys.stdlib_module
 
 
 def check(spec: KernelSpec) -> list[Diagnostic]:
-    diags = _names(spec) + _dtypes(spec) + _code(spec)
+    diags = _names(spec) + _dtypes(spec) + _dtype_maps(spec) + _code(spec)
     diags += _prefetch(spec) + _inits(spec) + _aliases(spec) + _residuals(spec)
     for variant in spec.variants.values():
         diags += _structure(spec, variant) + _backend_surface(spec, variant) + _tune_space(variant)
@@ -261,12 +261,41 @@ def _dtypes(spec: KernelSpec) -> list:
             hint = did_you_mean(name, list(dt.DTYPES) + sorted(inputs))
             out.append(Diagnostic("E401", f"{op.name}: unknown dtype `{name}`", op.dtype_loc, hint))
     for s in (s for v in spec.variants.values() for s in v.scratch if s.kind in ("array", "accumulator")):
-        if s.dtype is None:
+        if s.dtype is None and s.dtype_map is None:
             if s.kind == "array":  # an accumulator is float32 unless it says otherwise
                 out.append(Diagnostic("E202", f"scratch {s.name}: an array buffer needs a dtype", s.loc))
-        elif s.dtype not in dt.DTYPES and s.dtype not in inputs:  # `dtype: x` follows input x
+        elif s.dtype is not None and s.dtype not in dt.DTYPES and s.dtype not in inputs:  # `dtype: x` follows input x
             hint = did_you_mean(s.dtype, list(dt.DTYPES) + sorted(inputs))
             out.append(Diagnostic("E401", f"scratch {s.name}: unknown dtype `{s.dtype}`", s.loc, hint))
+    return out
+
+
+def _dtype_maps(spec: KernelSpec) -> list:
+    """E419, E401: a `{from: x, map: {...}}` dtype looks up an input with dtypes of its own, by
+    known dtypes, with an entry for every dtype that input can take."""
+    out = []
+    free = {o.name: o for o in spec.inputs if o.follows is None}
+    owners = [(f"{o.name}", o.dtype_map, o.dtype_loc) for o in spec.outputs if o.dtype_map is not None]
+    owners += [(f"scratch {s.name}", s.dtype_map, s.loc) for v in spec.variants.values() for s in v.scratch
+               if s.dtype_map is not None]
+    seen = set()
+    for label, m, loc in owners:
+        if (label, loc) in seen:
+            continue  # a base scratch buffer that every backend inherits: reported once
+        seen.add((label, loc))
+        for name in (*(k for k, _ in m.table), *m.targets):
+            if name not in dt.DTYPES:
+                out.append(Diagnostic("E401", f"{label}: unknown dtype `{name}` in its dtype map", loc,
+                                      did_you_mean(name, list(dt.DTYPES))))
+        source = free.get(m.source)
+        if source is None:
+            out.append(Diagnostic("E419", f"{label}: dtype map reads `{m.source}`, which is not an input with dtypes of its own",
+                                  loc, did_you_mean(m.source, sorted(free)) or f"name one of: {', '.join(sorted(free))}"))
+            continue
+        missing = [d for d in source.dtypes if m.of(d) is None]
+        if missing:
+            out.append(Diagnostic("E419", f"{label}: dtype map has no entry for {m.source} of dtype {', '.join(missing)}",
+                                  loc, f"add `{missing[0]}: <dtype>` to the map"))
     return out
 
 

@@ -77,7 +77,20 @@ def _tuple(items) -> str:
 
 
 def _dtype_expr(spec: KernelSpec, op) -> str:
+    if op.dtype_map is not None:
+        return f"(jnp.dtype(out_dtype) if out_dtype is not None else {_mapped_dtype(op.dtype_map)})"
     return f"{op.follows}.dtype" if op.follows else jnp_dtype(op.dtypes[0])
+
+
+def _mapped_dtype(m) -> str:
+    """`{'int8': jnp.int32, ...}[jnp.dtype(x.dtype).name]`: a dtype map looked up in a call."""
+    table = "{" + ", ".join(f"{k!r}: {jnp_dtype(v)}" for k, v in m.table) + "}"
+    return f"{table}[jnp.dtype({m.source}.dtype).name]"
+
+
+def out_dtype_outputs(spec: KernelSpec) -> list:
+    """The outputs whose dtype is a map: the ones the generated function's out_dtype sets."""
+    return [o.name for o in spec.outputs if o.dtype_map is not None]
 
 
 def _gpu_layout(block) -> str:
@@ -232,6 +245,7 @@ class _Context:
         kwargs = [p.name for p in variant.params] + list(spec.dims)
         static = [p.name for p in variant.params] + (["interpret"] if backend.interpret == "interpret" else [])
         static += ["residuals"] if self.with_residuals else []
+        static += ["out_dtype"] if out_dtype_outputs(spec) else []
         # manual_axis_type: inside jax.shard_map(check_vma=True) the outputs vary over the
         # mesh axes the inputs vary over; outside it is empty and changes nothing.
         varying = f"_signature.manual_axis_type({', '.join(self.inputs)})"
@@ -265,7 +279,8 @@ class _Context:
             signature=self.signature_of(
                 variant,
                 (("interpret=False",) if backend.interpret == "interpret" else ())
-                + (("residuals=False",) if self.with_residuals else ()),
+                + (("residuals=False",) if self.with_residuals else ())
+                + (("out_dtype=None",) if out_dtype_outputs(spec) else ()),
                 tuned=True,
             ),
             tunable=[p.name for p in variant.params if p.resolved],
@@ -497,6 +512,8 @@ class _Context:
 
     def _scratch_dtype(self, s) -> str:
         """A dtype name, or an input's name: that input's dtype at call time (`x.dtype`)."""
+        if s.dtype_map is not None:
+            return _mapped_dtype(s.dtype_map)
         return f"{s.dtype}.dtype" if s.dtype in {o.name for o in self.spec.inputs} else jnp_dtype(s.dtype)
 
     def _compiler_params(self, variant: Variant) -> str | None:
@@ -600,8 +617,16 @@ class _Context:
             params=params,
             params_dict="{" + ", ".join(f'"{p}": {p}' for p in params) + "}",
             vjp=spec.vjp is not None,
+            out_dtype=self._out_dtype_returned(),
             reference_params=_tuple(repr(p.name) for p in next(iter(spec.variants.values())).params),
         )
+
+    def _out_dtype_returned(self) -> str | None:
+        """For the package function's out_dtype: per returned output, whether out_dtype sets its
+        dtype (a tuple literal); None when no output's dtype is a map."""
+        if not out_dtype_outputs(self.spec):
+            return None
+        return _tuple(repr(o.dtype_map is not None) for o in self.spec.outputs if not o.residual)
 
     def vjp(self, linked: tuple) -> dict:
         """_vjp.py: the custom_vjp around the kernel, calling the backward kernels `linked`

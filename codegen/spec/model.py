@@ -90,6 +90,25 @@ class Init:
 
 
 @dataclasses.dataclass(frozen=True)
+class DtypeMap:
+    """`dtype: {from: x, map: {int8: int32, bfloat16: float32}}`: the dtype of an output or a
+    scratch buffer, looked up by the dtype input x has in a call (an int8 matmul's int32
+    accumulator)."""
+
+    source: str  # the input whose dtype is looked up
+    table: tuple  # ((input dtype, dtype), ...), in the spec's order
+
+    def of(self, dtype: str) -> str | None:
+        """The dtype for input dtype `dtype`; None when the map has no entry for it."""
+        return dict(self.table).get(dtype)
+
+    @property
+    def targets(self) -> tuple:
+        """The dtypes the map can give, each once, in the spec's order."""
+        return tuple(dict.fromkeys(to for _, to in self.table))
+
+
+@dataclasses.dataclass(frozen=True)
 class Operand:
     name: str
     role: str  # "input" | "output"
@@ -105,6 +124,7 @@ class Operand:
     kinds_loc: Location | None = None
     residual: bool = False  # an output written for the backward pass only: not returned, no gradient
     residual_loc: Location | None = None
+    dtype_map: DtypeMap | None = None  # outputs: the dtype looked up from an input's (dtypes: its targets)
 
     @property
     def rank(self) -> int:
@@ -158,6 +178,13 @@ class Scratch:
     tiling: tuple = ()  # Mosaic GPU SMEM arrays: plgpu.TilingTransform
     swizzle: int | None = None  # ... then plgpu.SwizzleTransform
     collective_axes: tuple = ()  # Mosaic GPU barriers: a cluster axis, for a plgpu.ClusterBarrier
+    dtype_map: DtypeMap | None = None  # the dtype looked up from an input's (dtype is then None)
+
+    def dtype_in(self, assign: Mapping) -> str | None:
+        """The buffer's dtype in a call whose operands have the dtypes `assign` (name -> dtype)."""
+        if self.dtype_map is not None:
+            return self.dtype_map.of(assign.get(self.dtype_map.source))
+        return assign.get(self.dtype, self.dtype)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -424,8 +451,10 @@ class _Builder:
             here = at + (name,)
             shape = tuple(self.expr(v, here + ("shape", i)) for i, v in enumerate(spec["shape"]))
             dtype = spec["dtype"]
-            follows = None
-            if isinstance(dtype, list):
+            follows, dtype_map = None, self.dtype_map(dtype)
+            if dtype_map is not None:
+                dtypes = dtype_map.targets
+            elif isinstance(dtype, list):
                 dtypes = tuple(dtype)
             elif dtype in inputs:
                 dtypes, follows = None, dtype
@@ -447,6 +476,7 @@ class _Builder:
                     self.doc.loc(here + ("kinds",)) if "kinds" in spec else None,
                     bool(spec.get("residual", False)),
                     self.doc.loc(here + ("residual",)) if "residual" in spec else None,
+                    dtype_map,
                 )
             )
         return tuple(out)
@@ -510,7 +540,7 @@ class _Builder:
                 Scratch(
                     name,
                     shape,
-                    spec.get("dtype"),
+                    None if isinstance(spec.get("dtype"), dict) else spec.get("dtype"),
                     spec.get("memory_space", "vmem"),
                     spec.get("kind", "array"),
                     spec.get("num_arrivals", 1),
@@ -518,9 +548,17 @@ class _Builder:
                     tuple((spec.get("transforms") or {}).get("tiling", ())),
                     (spec.get("transforms") or {}).get("swizzle"),
                     tuple(spec.get("collective_axes", ())),
+                    self.dtype_map(spec.get("dtype")),
                 )
             )
         return tuple(out)
+
+    @staticmethod
+    def dtype_map(value: Any) -> DtypeMap | None:
+        """A `{from: x, map: {...}}` dtype (the schema has checked its form), else None."""
+        if not isinstance(value, dict):
+            return None
+        return DtypeMap(value["from"], tuple((k, v) for k, v in value["map"].items()))
 
     def variants(self, data: Mapping) -> dict:
         base_params = self.params(data.get("params"), ("params",))
