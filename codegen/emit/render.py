@@ -299,6 +299,7 @@ class _Context:
             debug=spec.call.debug,
             out_specs=out_specs[0] if len(out_specs) == 1 else "[" + ", ".join(out_specs) + "]",
             scratch_shapes=[self._scratch(variant, s) for s in variant.scratch],
+            scratch_inits=[(f"{s.name}_ref", literal(s.init)) for s in variant.scratch if s.init is not None],
             compiler_params=self._compiler_params(variant),
             dtype_limits=[(name, _tuple(jnp_dtype(d) for d in allowed)) for name, allowed in variant.dtypes.items()],
             cost_estimate=self._cost(),

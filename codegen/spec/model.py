@@ -179,6 +179,7 @@ class Scratch:
     swizzle: int | None = None  # ... then plgpu.SwizzleTransform
     collective_axes: tuple = ()  # Mosaic GPU barriers: a cluster axis, for a plgpu.ClusterBarrier
     dtype_map: DtypeMap | None = None  # the dtype looked up from an input's (dtype is then None)
+    init: int | float | bool | None = None  # smem arrays: every element set to it before the body runs
 
     def dtype_in(self, assign: Mapping) -> str | None:
         """The buffer's dtype in a call whose operands have the dtypes `assign` (name -> dtype)."""
@@ -549,6 +550,7 @@ class _Builder:
                     (spec.get("transforms") or {}).get("swizzle"),
                     tuple(spec.get("collective_axes", ())),
                     self.dtype_map(spec.get("dtype")),
+                    spec.get("init"),
                 )
             )
         return tuple(out)
