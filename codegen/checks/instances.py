@@ -180,7 +180,9 @@ def instantiate(spec: KernelSpec, v: Variant, case: Case, dtypes: dict, budget: 
         if any(s < 1 for s in shape):
             out.append(Diagnostic("E506", f"case `{case.name}`: {op.name} has shape {shape}", op.loc, "every dim must be at least 1"))
         shapes[op.name] = shape
-    grid = tuple(size(a.size, "grid") for a in v.grid)
+    # a grid extent read from a prefetched scalar is proved at its bound, the most it can be
+    scalars = {name: ev(bound, f"{name}.max") for name, bound in spec.grid_scalars.items()}
+    grid = tuple(size(a.size, "grid", dict(env, **scalars)) for a in v.grid)
     for i, (axis, n) in enumerate(zip(v.grid, grid)):
         if isinstance(n, int) and n < 1:
             label = axis.name or f"axis {i}"

@@ -372,7 +372,9 @@ def _structure(spec: KernelSpec, v: Variant) -> list:
                     )
                 )
     for axis in v.grid:
-        out += _unknown(axis.size, scope, "grid")
+        out += _unknown(axis.size, scope | set(spec.grid_scalars), "grid")
+    for name, bound in spec.grid_scalars.items():
+        out += _unknown(bound, scope, f"{name}.max")
     for c in spec.constraints:
         out += _unknown(c.expr, scope, "constraint")
     for c in v.constraints:
@@ -466,6 +468,8 @@ def _prefetch(spec: KernelSpec) -> list:
         for v in spec.variants.values():
             if op.name in v.blocks:
                 problems.append(f"has a block spec ({v.backend}); it is passed whole, to SMEM")
+        if op.max is not None and [e.constant for e in op.shape] != [1]:
+            problems.append(f"has `max` (a grid extent) but shape [{', '.join(e.shown for e in op.shape)}], not [1]")
         for p in problems:
             out.append(
                 Diagnostic(
@@ -475,6 +479,9 @@ def _prefetch(spec: KernelSpec) -> list:
                     "a prefetched input holds indices: a shape such as [n] or [B, n], an int dtype, init {kind: index, bound: ...}",
                 )
             )
+    for op in (o for o in spec.inputs if o.max is not None and not o.prefetch):
+        out.append(Diagnostic("E410", f"input {op.name} has `max` but is not scalar-prefetched", op.loc,
+                              "a grid extent read in the kernel is a `prefetch: true` input of shape [1]"))
     return out
 
 

@@ -121,6 +121,26 @@ def _block_dim(block, d: int) -> str:
     return size.render()
 
 
+def _grid_size(spec: KernelSpec, axis) -> str:
+    """A grid axis's size in the kernel call: a scalar-prefetch extent (`max:`) it names is read
+    from its array, `num_tiles[0]`, a traced value (so min/max become jnp.minimum/maximum)."""
+    scalars = spec.grid_scalars
+    if not axis.size.names & scalars.keys():
+        return axis.size.render()
+    tree = _ReadScalars(scalars).visit(ast.parse(axis.size.render(traced=True), mode="eval").body)
+    return ast.unparse(tree)
+
+
+class _ReadScalars(ast.NodeTransformer):
+    def __init__(self, names):
+        self.names = names
+
+    def visit_Name(self, node: ast.Name) -> ast.AST:
+        if node.id in self.names:
+            return ast.Subscript(ast.Name(node.id, ast.Load()), ast.Constant(0), ast.Load())
+        return node
+
+
 def _grid_indices(variant: Variant) -> dict:
     """{name: axis} of the named grid axes the body mentions: the body receives these
     indices as keyword arguments (a list grid has no names, so none)."""
@@ -288,7 +308,7 @@ class _Context:
             static_argnames=_tuple(f'"{s}"' for s in static),
             input_docs=input_docs,
             out_shape=out_shapes[0] if len(out_shapes) == 1 else "[" + ", ".join(out_shapes) + "]",
-            grid=_tuple(a.size.render() for a in variant.grid),
+            grid=_tuple(_grid_size(spec, a) for a in variant.grid),
             in_specs=[self._block(variant, o) for o in spec.call_order if not o.prefetch],
             call_inputs=[o.name for o in spec.call_order],
             num_scalar_prefetch=len(spec.prefetched),

@@ -125,6 +125,7 @@ class Operand:
     residual: bool = False  # an output written for the backward pass only: not returned, no gradient
     residual_loc: Location | None = None
     dtype_map: DtypeMap | None = None  # outputs: the dtype looked up from an input's (dtypes: its targets)
+    max: Expr | None = None  # a scalar-prefetch grid extent: the static bound of its value
 
     @property
     def rank(self) -> int:
@@ -360,6 +361,11 @@ class KernelSpec:
         return tuple(c for f in self.families for c in f.cases)
 
     @property
+    def grid_scalars(self) -> dict:
+        """{name: bound Expr} of the scalar-prefetch inputs that a grid size may read (`max:`)."""
+        return {o.name: o.max for o in self.inputs if o.prefetch and o.max is not None}
+
+    @property
     def prefetched(self) -> tuple:
         """The scalar-prefetch inputs, in declared order."""
         return tuple(o for o in self.inputs if o.prefetch)
@@ -478,6 +484,7 @@ class _Builder:
                     bool(spec.get("residual", False)),
                     self.doc.loc(here + ("residual",)) if "residual" in spec else None,
                     dtype_map,
+                    self.expr(spec["max"], here + ("max",)) if "max" in spec else None,
                 )
             )
         return tuple(out)
