@@ -17,9 +17,11 @@ from pathlib import Path
 import jinja2
 
 from kspec.codegen.checks import vjp as _vjp
+from kspec.codegen.checks.sharding import gather_dims
 from kspec.codegen.backends import AUTO, BACKENDS
 from kspec.codegen.spec.expr import Expr
 from kspec.codegen.spec.model import KernelSpec, Variant
+from kspec.codegen.spec.sharding import GATHER
 
 TEMPLATES = Path(str(resources.files("kspec") / "templates"))
 
@@ -716,6 +718,11 @@ class _Context:
             red = sh.reductions.get(o.name)
             if red is None:
                 return o.name
+            if red.op == GATHER:
+                value = o.name
+                for axis, dim in gather_dims(spec, o):
+                    value = f'lax.all_gather({value}, "{axis}", axis={dim}, tiled=True, to="invarying")'
+                return value
             axes = _tuple(f'"{a}"' for a in red.axes)
             return f"lax.{red.op}({o.name}, {axes})"
 

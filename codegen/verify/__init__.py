@@ -50,7 +50,8 @@ def plan(
             modes = ["lower" if lower else "run"]
             if c.spec.vjp is not None and any(dt.is_float(assign[o.name]) for o in c.spec.inputs):
                 modes.append("lower-grad" if lower else "grad")
-            why = _skip_reason(name, platform, lower) or _dtype_reason(c.spec.variants[name], assign, case)
+            why = (_mesh_only_reason(c.spec) or _skip_reason(name, platform, lower)
+                   or _dtype_reason(c.spec.variants[name], assign, case))
             for mode in modes:
                 task = Task(
                     spec_path=str(c.path), kernel=c.spec.name, backend=name, case=case.name, case_index=i,
@@ -108,6 +109,13 @@ def _sharded_skip_reason(
     if device_count < devices:
         return f"needs {devices} devices; jax sees {device_count} {platform} device(s)"
     return sh.unfit(devices) or _skip_reason(backend, platform, lower=lower)
+
+
+def _mesh_only_reason(spec) -> str | None:
+    """Why a single-device run or lowering skips the spec: it is `sharding.mesh_only`."""
+    if spec.sharding is not None and spec.sharding.mesh_only:
+        return "mesh-only spec (sharding.mesh_only): it runs on a device mesh only; kspec verify --devices N runs it"
+    return None
 
 
 def _skip_reason(backend: str, platform: str | None, lower: bool) -> str | None:
