@@ -85,3 +85,57 @@ def test_what_a_gather_needs(kspec, write_spec, change, expected):
     write_spec(mutate(GATHER_SPEC, change), "gather_double")
     r = kspec("check")
     assert (r.rc, r.out) == (2, expected + "1 error(s) in 1 of 1 spec(s)\n")
+
+
+TILE_SPEC = """\
+kspec: 1
+name: tile_mesh
+doc: |
+  Each device of the mesh writes x doubled once per device along d: the output's
+  shape reads the mesh axis size d.
+inputs:
+  x: {shape: [N], dtype: float32}
+outputs:
+  o: {shape: ["N * d"], dtype: x}
+body: |
+  o_ref[...] = jnp.tile(x_ref[...] * 2, d)
+reference: |
+  return jnp.tile(x * 2, d)
+sharding:
+  mesh: {d: 2}
+  mesh_only: true
+cases:
+  - {name: c, N: 1024}
+backends:
+  interpret:
+  mosaic_tpu:
+"""
+
+
+def test_a_mesh_only_spec_reads_its_mesh_axis_sizes_in_output_shapes_body_and_reference(kspec, write_spec, tmp_path):
+    write_spec(TILE_SPEC, "tile_mesh")
+    assert kspec("check").rc == 0
+    assert kspec("generate").rc == 0
+    kernel = (tmp_path / "generated" / "tile_mesh" / "mosaic_tpu.py").read_text()
+    assert "    d = 2  # mesh axis d: this kernel runs on each device of a mesh (sharding.mesh_only)\n" in kernel
+    assert "functools.partial(_tile_mesh_kernel, N=N, d=d)" in kernel
+    assert "jax.ShapeDtypeStruct((N * d,), x.dtype," in kernel
+    reference = (tmp_path / "generated" / "tile_mesh" / "reference.py").read_text()
+    assert "    N, = bind(x, check_dtypes=False)\n    d = 2  # mesh axis d\n    return jnp.tile(x * 2, d)\n" in reference
+    report = tmp_path / "run.json"
+    r = kspec("verify", "--devices", "2", "--json", report, timeout=300)
+    assert r.rc == 0, r.out + r.err
+    assert [row for row in _rows(report) if row[2] != "skip"] == [("mosaic_tpu", "sharded", "pass")]
+
+
+@pytest.mark.parametrize("change, hint", [
+    (("  mesh_only: true\n", ""), "a mesh axis size may be read in the output shapes of a spec with "
+                                  "`sharding.mesh_only: true`"),
+    (("mesh: {d: 2}", "mesh: {d: devices}"), "mesh axis d is sized by the device count; give it a size to read it "
+                                             "in a shape"),
+])
+def test_where_a_mesh_axis_size_may_be_read(kspec, write_spec, change, hint):
+    write_spec(mutate(TILE_SPEC, change), "tile_mesh")
+    r = kspec("check")
+    assert (r.rc, r.out) == (2, "specs/tile_mesh.yaml:9:15: error[E408]: o: `d` is not a dim bound by an input shape, "
+                                f"nor a param\n  = help: {hint}\n1 error(s) in 1 of 1 spec(s)\n")

@@ -133,6 +133,7 @@ def instantiate(spec: KernelSpec, v: Variant, case: Case, dtypes: dict, budget: 
     (shared across calls; see MAX_SPEC_GRID_POINTS); None: no limit but MAX_GRID_POINTS."""
     env = dict(v.param_defaults)
     env.update(case.dims)
+    env.update(spec.mesh_sizes)  # a mesh-only spec's output shapes may read its mesh axis sizes
     out: list = []
     for p in v.params:  # expression defaults: over the case's dims
         if p.name not in env and p.name not in case.params:

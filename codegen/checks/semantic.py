@@ -362,13 +362,13 @@ def _structure(spec: KernelSpec, v: Variant) -> list:
     scope = params | dims
     for op in spec.operands:
         for e in op.shape:
-            for name in sorted(e.names - scope):
+            for name in sorted(e.names - scope - (set(spec.mesh_sizes) if op.role == "output" else set())):
                 out.append(
                     Diagnostic(
                         "E408",
                         f"{op.name}: `{name}` is not a dim bound by an input shape, nor a param",
                         e.loc,
-                        "use it alone as a dim of some input's shape, or declare it under params",
+                        _mesh_axis_hint(spec, op, name) or "use it alone as a dim of some input's shape, or declare it under params",
                     )
                 )
     for axis in v.grid:
@@ -451,6 +451,19 @@ def _structure(spec: KernelSpec, v: Variant) -> list:
             )
         out += _unknown_map(imap, scope, name)
     return out
+
+
+def _mesh_axis_hint(spec: KernelSpec, op, name: str) -> str | None:
+    """E408's help for a mesh axis named in a shape: where its size may be read."""
+    sh = spec.sharding
+    axis = next((a for a in sh.mesh if a.name == name), None) if sh is not None else None
+    if axis is None:
+        return None
+    if op.role != "output":
+        return "a mesh axis size may be read in output shapes only"
+    if axis.size is None:
+        return f"mesh axis {name} is sized by the device count; give it a size to read it in a shape"
+    return "a mesh axis size may be read in the output shapes of a spec with `sharding.mesh_only: true`"
 
 
 def _prefetch(spec: KernelSpec) -> list:

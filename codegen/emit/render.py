@@ -257,6 +257,7 @@ class _Context:
             for c in self.spec.competitors
         ]
         return dict(self.common(), signature=self.signature_of(base), reference=self.spec.reference.source,
+                    mesh_sizes=list(self.spec.mesh_sizes.items()),
                     competitors=competitors)
 
     def kernel(self, variant: Variant) -> dict:
@@ -264,7 +265,7 @@ class _Context:
         backend = BACKENDS[variant.backend]
         refs = [f"{o.name}_ref" for o in spec.call_order + spec.outputs] + [f"{s.name}_ref" for s in variant.scratch]
         indices = _grid_indices(variant)
-        kwargs = [p.name for p in variant.params] + list(spec.dims)
+        kwargs = [p.name for p in variant.params] + list(spec.dims) + list(spec.mesh_sizes)
         static = [p.name for p in variant.params] + (["interpret"] if backend.interpret == "interpret" else [])
         static += ["residuals"] if self.with_residuals else []
         static += ["out_dtype"] if out_dtype_outputs(spec) else []
@@ -297,6 +298,7 @@ class _Context:
             kernel_refs=refs,
             grid_indices=indices,  # {name: axis} of the named grid indices the body reads
             kernel_kwargs=kwargs,
+            mesh_sizes=list(spec.mesh_sizes.items()),
             params=self.params(variant),
             signature=self.signature_of(
                 variant,

@@ -361,6 +361,15 @@ class KernelSpec:
         return tuple(c for f in self.families for c in f.cases)
 
     @property
+    def mesh_sizes(self) -> dict:
+        """{axis: size} of a mesh-only spec's sized mesh axes (`sharding:`): its output shapes,
+        body and reference may read them, as the kernel runs per device."""
+        sh = self.sharding
+        if sh is None or not sh.mesh_only:
+            return {}
+        return {a.name: a.size for a in sh.mesh if a.size is not None}
+
+    @property
     def grid_scalars(self) -> dict:
         """{name: bound Expr} of the scalar-prefetch inputs that a grid size may read (`max:`)."""
         return {o.name: o.max for o in self.inputs if o.prefetch and o.max is not None}
