@@ -139,3 +139,12 @@ def test_where_a_mesh_axis_size_may_be_read(kspec, write_spec, change, hint):
     r = kspec("check")
     assert (r.rc, r.out) == (2, "specs/tile_mesh.yaml:9:15: error[E408]: o: `d` is not a dim bound by an input shape, "
                                 f"nor a param\n  = help: {hint}\n1 error(s) in 1 of 1 spec(s)\n")
+
+
+def test_a_mesh_axis_a_mesh_only_spec_binds_takes_a_name_of_its_own(kspec, write_spec):
+    write_spec(mutate(TILE_SPEC, ("mesh: {d: 2}", "mesh: {N: 2}"), ('"N * d"', '"N * N"'), ("tile(x_ref[...] * 2, d)", "tile(x_ref[...] * 2, N)"),
+                      ("tile(x * 2, d)", "tile(x * 2, N)")), "tile_mesh")
+    r = kspec("check")
+    assert (r.rc, r.out) == (2, "specs/tile_mesh.yaml:15:10: error[E400]: mesh axis `N` has the same name as dim `N`\n"
+                                "  = help: give each operand, dim, param and scratch buffer its own name\n"
+                                "1 error(s) in 1 of 1 spec(s)\n")

@@ -234,6 +234,9 @@ def _names(spec: KernelSpec) -> list:
             claim(axis.name, "mesh axis", axis.loc)
         for pipe in v.pipelines:
             claim(pipe.name, "pipeline", pipe.loc)
+    if spec.mesh_sizes:  # a mesh-only spec's sized mesh axes are locals of its kernel and reference
+        for axis in (a for a in spec.sharding.mesh if a.name in spec.mesh_sizes):
+            claim(axis.name, "mesh axis", axis.loc)
     for c in spec.competitors:  # rendered as `<kernel>_<name>` beside `<kernel>_reference`
         if c.name == "reference":
             out.append(Diagnostic("E400", f"competitor `reference` would be generated as `{spec.name}_reference`, "
