@@ -105,6 +105,16 @@ def tpu_packing(dtype):
     return 32 // bits
 
 
+def cast_outputs(out, dtype, which):
+    """The reference's result with the outputs marked in `which` (one flag per returned output)
+    cast to `dtype`, the call's out_dtype; unchanged when dtype is None."""
+    if dtype is None:
+        return out
+    if not isinstance(out, (tuple, list)):
+        return out.astype(dtype) if which[0] else out
+    return type(out)(o.astype(dtype) if w else o for o, w in zip(out, which))
+
+
 def shown(names, values):
     """"M=1000, N=768": the dims of a call, for messages."""
     return ", ".join(f"{n}={v}" for n, v in zip(names, values))

@@ -139,7 +139,7 @@ def test_prefetch_refs_are_bound_by_position_whatever_the_index_map_calls_them(k
     "change, expected",
     [
         (("dtype: int32, prefetch", "dtype: float32, prefetch"), "E410: scalar-prefetch input idx has dtype float32, not an integer type"),
-        (("shape: [G], dtype: int32", "shape: [G, 2], dtype: int32"), "E410: scalar-prefetch input idx has rank 2, not 1"),
+        (("shape: [G], dtype: int32", "shape: [], dtype: int32"), "E410: scalar-prefetch input idx has rank 0; give it shape [1]"),
         (("backends:\n", "backends:\n  triton:\n"), "E410: triton: scalar prefetch (idx) needs a TPU-style backend"),
         (('bound: "R // 8"', "of: t, dim: 3"), "E411: idx.init: dim 3 of t, which has rank 2"),
         (('bound: "R // 8"', "of: u"), "E411: idx.init: `of` names unknown operand `u`"),

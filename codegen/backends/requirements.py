@@ -4,8 +4,9 @@ The rules in rules.py check a spec's cases before anything runs. A user calls a 
 other shapes, so the generated `_dispatch.py` evaluates the same limits per call, before
 tracing, and backend="auto" passes over a backend that cannot run the call:
 
-  Triton: every block dim a power of two (unless the block is `masked`: the body loads and
-    stores it through masks over a power-of-two range);
+  Triton: every block dim a power of two (unless the block is `masked` or `sliced`: the body
+    loads and stores it through masks over a power-of-two range, or in power-of-two slices;
+    a dim the body only slices needs its slice sizes to be powers of two instead);
   Mosaic GPU: a TMA copy moves at most 256 elements along each dim of the (tiled) block, and
     blocks x pipeline depth + shared-memory scratch fit 227 KiB;
   Mosaic TPU: the last two dims of a VMEM block tile by (8 x packing, 128) or are whole (a
@@ -53,10 +54,6 @@ def _tuple_src(exprs) -> str:
     return "(" + ", ".join(parts) + ("," if len(parts) == 1 else "") + ")"
 
 
-def _dims_src(exprs) -> list:
-    return [e for e in exprs if e is not None and not isinstance(e.constant, int)]
-
-
 def _with_values(c) -> str:
     """The constraint's message (or its re-printed expression), then the values it read."""
     names = sorted(c.expr.names)
@@ -90,19 +87,41 @@ def _triton(spec: KernelSpec, variant: Variant) -> list:
     out = []
     for op in spec.operands:
         block = variant.blocks.get(op.name)
-        if block is not None and block.masked:
+        if block is not None and (block.masked or block.sliced):
             continue
         exprs = _block_exprs(spec, variant, op)
         if exprs is None:
             continue
-        varying = _dims_src(exprs)
-        if not varying:
+        dims, slices = _triton_pow2_checks(spec, variant, op, exprs)
+        if not dims and not slices:
             continue  # constant blocks: kspec check rules on them (E711)
-        cond = " and ".join(f"_runtime.is_pow2({e.render()})" for e in varying)
+        cond = " and ".join(f"_runtime.is_pow2({e})" for e in dims + slices)
+        shown = ""
+        if slices:
+            values = f"({', '.join(slices)}{',' if len(slices) == 1 else ''})"
+            shown = f" + {_lit(' or its slices (')} + _runtime.shown({slices!r}, {values}) + {_lit(')')}"
         out.append(Requirement(
-            cond, f"{_lit(op.name + ' block ')} + str({_tuple_src(exprs)}) + "
+            cond, f"{_lit(op.name + ' block ')} + str({_tuple_src(exprs)}){shown} + "
                   f"{_lit(' is not all powers of two, which Triton needs')}"))
     return out
+
+
+def _triton_pow2_checks(spec: KernelSpec, variant: Variant, op, exprs: tuple) -> tuple:
+    """(varying block dims, slice sizes): source of each value that must be a power of two
+    for Triton to lower the operand's block. A dim the body takes only static slices of (see
+    rules.slice_sizes) needs the params or dims that size those slices to be, not itself."""
+    known = {p.name for p in variant.params} | set(spec.dims)
+    sliced = rules.slice_sizes(variant.body.source, op.name, exprs)
+    dims, slices = [], []
+    for d, e in enumerate(exprs):
+        sizes = sliced.get(d, ())
+        if e is None:
+            continue
+        if sizes and all(s in known if isinstance(s, str) else rules.is_pow2(s) for s in sizes):
+            slices += [s for s in sizes if isinstance(s, str) and s not in slices]
+        elif not isinstance(e.constant, int):
+            dims.append(e.render())
+    return dims, slices
 
 
 def _itemsize_src(name: str) -> str:
@@ -191,7 +210,15 @@ def _dtype_src(spec: KernelSpec, op) -> str:
         return f"{op.name}.dtype"
     if op.follows is not None:  # a kernel operand's `dtype: x` is the function's input x
         return _dtype_src(spec, next((o for o in spec.facade if o.name == op.follows), None) or spec.operand(op.follows))
+    if op.dtype_map is not None:
+        return _mapped_src(op.dtype_map)
     return repr(op.dtypes[0])
+
+
+def _mapped_src(m) -> str:
+    """Python source of the dtype name a dtype map gives for its input's dtype in the call
+    (without the call's out_dtype, which the dispatcher does not see)."""
+    return "{" + ", ".join(f"{k!r}: {v!r}" for k, v in m.table) + "}" + f"[jnp.dtype({m.source}.dtype).name]"
 
 
 def _tpu_1d(spec: KernelSpec, op, block) -> list:
@@ -229,11 +256,15 @@ def itemsizes(spec: KernelSpec, variant: Variant) -> list:
             return f"jnp.dtype({o.name}.dtype).itemsize"
         if o.follows is not None:
             return of(by_name[o.follows])
+        if o.dtype_map is not None:
+            return f"jnp.dtype({_mapped_src(o.dtype_map)}).itemsize"
         return repr(dt.itemsize(o.dtypes[0]))
 
     for o in spec.operands:
         out.append((o.name, of(o)))
     for s in variant.scratch:
-        if s.kind == ScratchKind.ARRAY and s.dtype is not None:
+        if s.kind == ScratchKind.ARRAY and s.dtype_map is not None:
+            out.append((s.name, f"jnp.dtype({_mapped_src(s.dtype_map)}).itemsize"))
+        elif s.kind == ScratchKind.ARRAY and s.dtype is not None:
             out.append((s.name, of(by_name[s.dtype]) if s.dtype in by_name else repr(dt.itemsize(s.dtype))))
     return out

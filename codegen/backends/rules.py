@@ -4,7 +4,8 @@ Each rule names the operand and the rule, and suggests a fix. The numbers are th
 documented limits of each compiler:
   Mosaic TPU: (8 x packing, 128) tiling of the last two block dims; `parallel` grid
     axes may not revisit an output block; blocks x buffering + scratch fit scoped VMEM.
-  Triton: block dims are powers of two; dot operands have every dim >= 16.
+  Triton: block dims are powers of two (or the body takes only power-of-two slices of
+    them); dot operands have every dim >= 16.
   Mosaic GPU: blocks x pipeline depth + SMEM scratch fit shared memory (227 KiB on Hopper);
     a TMA copy moves at most 256 elements along each dim of the (tiled) block.
 """
@@ -257,7 +258,7 @@ def scratch_bytes(inst, spaces: tuple) -> int:
     total = 0
     for s in inst.variant.scratch:
         if s.kind == ScratchKind.ARRAY and s.memory_space in spaces:
-            total += math.prod(inst.scratch_shapes[s.name]) * dt.itemsize(inst.dtypes.get(s.dtype, s.dtype))
+            total += math.prod(inst.scratch_shapes[s.name]) * dt.itemsize(s.dtype_in(inst.dtypes))
     return total
 
 
@@ -319,10 +320,11 @@ def _triton(inst) -> list:
         )
     for op in inst.spec.operands:
         block = inst.variant.blocks.get(op.name)
-        if block is not None and (block.block_shape is None or block.masked):
-            continue  # memory_space any (the body indexes the array), or loaded only through masks
+        if block is not None and (block.block_shape is None or block.masked or block.sliced):
+            continue  # memory_space any (the body indexes the array), or loaded only through masks or slices
+        sliced = pow2_sliced_dims(inst.variant.body.source, op.name, inst.block_shapes[op.name], inst.env)
         for d, b in enumerate(inst.block_shapes[op.name]):
-            if b is not None and b & (b - 1):
+            if b is not None and b & (b - 1) and d not in sliced:
                 out.append(
                     Diagnostic(
                         "E711",
@@ -348,6 +350,93 @@ def _triton(inst) -> list:
                 )
             )
     return out
+
+
+def slice_sizes(source: str, operand: str, block: tuple) -> dict:
+    """{dim: [size, ...]}: the dims of the operand's block that every access of `<operand>_ref`
+    in the body takes a static slice of, `x_ref[pl.ds(start, size)]` (or `.at[...]`, any start)
+    or `x_ref[a:b]` with constant bounds, with each slice's size (an int, or the name of a param
+    or dim the body receives). A dim read whole anywhere, or a ref used any other way than
+    these and its .dtype, .shape and .ndim (passed on, read whole), is left out. `block` is the block shape, None for a squeezed dim (not in
+    the kernel's view)."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return {}
+    ref = f"{operand}_ref"
+    view = [d for d, b in enumerate(block) if b is not None]
+    assigned = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and not isinstance(n.ctx, ast.Load)}
+    assigned |= {a.arg for n in ast.walk(tree) if isinstance(n, ast.arguments)
+                 for a in n.posonlyargs + n.args + n.kwonlyargs}
+    indexed = set()  # ids of the Name nodes that an access indexes
+    sizes = {d: [] for d in view}
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Subscript):
+            continue
+        base = node.value
+        if isinstance(base, ast.Attribute) and base.attr == "at":
+            base = base.value
+        if not (isinstance(base, ast.Name) and base.id == ref):
+            continue
+        indexed.add(id(base))
+        parts = list(node.slice.elts) if isinstance(node.slice, ast.Tuple) else [node.slice]
+        ellipses = [i for i, p in enumerate(parts) if isinstance(p, ast.Constant) and p.value is Ellipsis]
+        if len(ellipses) > 1:
+            return {}
+        if ellipses:
+            e = ellipses[0]
+            parts = parts[:e] + [None] * (len(view) - len(parts) + 1) + parts[e + 1:]
+        parts += [None] * (len(view) - len(parts))
+        for d, part in zip(view, parts):
+            size = _static_slice_size(part, assigned)
+            if size is None:
+                sizes.pop(d, None)
+            elif d in sizes:
+                sizes[d].append(size)
+    for node in ast.walk(tree):  # x_ref.dtype, .shape, .ndim read no data
+        if isinstance(node, ast.Attribute) and node.attr in ("dtype", "shape", "ndim") and isinstance(node.value, ast.Name):
+            indexed.add(id(node.value))
+    uses = [n for n in ast.walk(tree) if isinstance(n, ast.Name) and n.id == ref]
+    if not indexed or any(id(n) not in indexed for n in uses):
+        return {}  # never accessed, or the ref itself goes elsewhere
+    return sizes
+
+
+def _static_slice_size(part, assigned: set):
+    """The size of a static slice index (`pl.ds(start, size)`, `a:b`), else None."""
+    if isinstance(part, ast.Slice):
+        lo, hi = part.lower, part.upper
+        if part.step is None and all(isinstance(b, ast.Constant) and type(b.value) is int for b in (lo, hi)):
+            return hi.value - lo.value
+        return None
+    if not isinstance(part, ast.Call):
+        return None
+    fn = part.func
+    name = fn.attr if isinstance(fn, ast.Attribute) else getattr(fn, "id", "")
+    if name not in ("ds", "dslice") or isinstance(fn, ast.Attribute) and getattr(fn.value, "id", "") != "pl":
+        return None
+    size = part.args[1] if len(part.args) == 2 else next((k.value for k in part.keywords if k.arg == "size"), None)
+    if isinstance(size, ast.Constant) and type(size.value) is int:
+        return size.value
+    if isinstance(size, ast.Name) and size.id not in assigned:
+        return size.id
+    return None
+
+
+def pow2_sliced_dims(source: str, operand: str, block: tuple, env: dict) -> set:
+    """The block dims the body only takes power-of-two static slices of (see slice_sizes),
+    its sizes evaluated over the case's params and dims: Triton lowers those whatever the
+    block dim is."""
+    out = set()
+    for d, sizes in slice_sizes(source, operand, block).items():
+        values = [env.get(s) if isinstance(s, str) else s for s in sizes]
+        if values and all(is_pow2(v) for v in values):
+            out.add(d)
+    return out
+
+
+def is_pow2(n) -> bool:
+    return type(n) is int and n > 0 and not n & (n - 1)
 
 
 def dot_operands(source: str) -> set:

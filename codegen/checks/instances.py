@@ -73,6 +73,8 @@ class DtypeAssignments:
         for op in self.spec.operands + self.spec.kernel_only:  # kernel operands: a fixed dtype or an input's
             if op.follows is not None:
                 assign[op.name] = assign[op.follows]
+            elif op.dtype_map is not None:
+                assign[op.name] = op.dtype_map.of(assign[op.dtype_map.source])
             elif op.role == Role.OUTPUT or op.kernel:
                 assign[op.name] = op.dtypes[0]
         return assign
@@ -134,6 +136,7 @@ def instantiate(spec: KernelSpec, v: Variant, case: Case, dtypes: dict, budget: 
     (shared across calls; see MAX_SPEC_GRID_POINTS); None: no limit but MAX_GRID_POINTS."""
     env = dict(v.param_defaults)
     env.update(case.dims)
+    env.update(spec.mesh_sizes)  # a mesh-only spec's output shapes may read its mesh axis sizes
     out: list = []
     for p in v.params:  # expression defaults: over the case's dims
         if p.name not in env and p.name not in case.params:
@@ -181,7 +184,9 @@ def instantiate(spec: KernelSpec, v: Variant, case: Case, dtypes: dict, budget: 
         if any(s < 1 for s in shape):
             out.append(Diagnostic("E506", f"case `{case.name}`: {op.name} has shape {shape}", op.loc, "every dim must be at least 1"))
         shapes[op.name] = shape
-    grid = tuple(size(a.size, "grid") for a in v.grid)
+    # a grid extent read from a prefetched scalar is proved at its bound, the most it can be
+    scalars = {name: ev(bound, f"{name}.max") for name, bound in spec.grid_scalars.items()}
+    grid = tuple(size(a.size, "grid", dict(env, **scalars)) for a in v.grid)
     for i, (axis, n) in enumerate(zip(v.grid, grid)):
         if isinstance(n, int) and n < 1:
             label = axis.name or f"axis {i}"
@@ -243,13 +248,13 @@ def grid_points(grid: tuple, budget: list | None = None, cost: int = 1):
 class _Filled:
     """A scalar-prefetch array as the bounds check sees it: every entry one value of its range."""
 
-    def __init__(self, length: int, value: int):
-        self.length, self.value = length, value
+    def __init__(self, shape: tuple, value: int):
+        self.shape, self.value = shape, value
 
     def __len__(self) -> int:
-        return self.length
+        return self.shape[0]
 
-    def __getitem__(self, index: int) -> int:
+    def __getitem__(self, index) -> int:
         return self.value
 
 
@@ -264,8 +269,8 @@ def _prefetch_fills(inst: Instance) -> list:
             bound = init.bound(inst.env, inst.shapes)
         except (ExprError, NotEvaluable, KeyError, IndexError):
             return [({}, "")]
-        n = inst.shapes[op.name][0]
-        low[op.name], high[op.name] = _Filled(n, 0), _Filled(n, max(bound - 1, 0))
+        shape = inst.shapes[op.name]
+        low[op.name], high[op.name] = _Filled(shape, 0), _Filled(shape, max(bound - 1, 0))
     if not low:
         return [({}, "")]
     shown = lambda fill: ", ".join(f"{k}[...] = {f.value}" for k, f in fill.items())

@@ -49,7 +49,7 @@ def check(spec: KernelSpec) -> list:
     out = []
     inputs, dims = [o.name for o in spec.inputs], set(spec.dims)
     params = {p.name for v in spec.variants.values() for p in v.params}
-    reference_scope = set(inputs) | params | dims | template_imports("reference.py.j2")
+    reference_scope = set(inputs) | params | dims | set(spec.mesh_sizes) | template_imports("reference.py.j2")
     out += _unknown(spec.reference, "reference", reference_scope)
     for c in spec.competitors:
         out += _unknown(c.body, f"competitor `{c.name}`", reference_scope)
@@ -80,6 +80,7 @@ def _kernel_scope(spec: KernelSpec, v: Variant) -> set:
     backend = BACKENDS[v.backend]
     scope = {f"{o.name}_ref" for o in spec.operands} | {f"{s.name}_ref" for s in v.scratch}
     scope |= {p.name for p in v.params} | set(spec.dims) | {a.name for a in v.grid if a.name}
+    scope |= set(spec.mesh_sizes)
     scope |= {a.name for a in v.mesh} | {p.name for p in v.pipelines}
     scope |= template_imports("kernel.py.j2") | _bound_by_imports(backend.imports)
     if spec.kind == SpecKind.MESH:

@@ -51,7 +51,7 @@ TEMPLATE_NAMES = frozenset({
 TEMPLATE_LOCALS = frozenset({"chosen", "mesh", "module", "num_sms", "options", "out", "params"})
 RESERVED = frozenset(
     {"jax", "jnp", "lax", "pl", "np", "functools", "math", "pltpu", "plgpu", "pltriton"}
-    | {"backend", "interpret", "cdiv", "residuals"}
+    | {"backend", "interpret", "cdiv", "residuals", "out_dtype"}
     | TEMPLATE_NAMES
     | set(keyword.kwlist)
     | set(dir(builtins))
@@ -62,7 +62,7 @@ ALLOWED_IMPORT_ROOTS = frozenset({"jax", "numpy"}) | frozenset(sys.stdlib_module
 
 def check(spec: KernelSpec) -> list[Diagnostic]:
     kernel = spec.kernel_view  # blocks, bodies and the hardware rules see the kernel's own operands
-    diags = _names(spec) + _dtypes(spec) + _code(spec) + _wrapper.check(spec)
+    diags = _names(spec) + _dtypes(spec) + _dtype_maps(spec) + _code(spec) + _wrapper.check(spec)
     diags += _prefetch(kernel) + _inits(spec) + _aliases(kernel) + _residuals(spec)
     for variant in spec.variants.values():
         diags += _structure(kernel, variant) + _backend_surface(kernel, variant) + _tune_space(variant)
@@ -297,6 +297,9 @@ def _names(spec: KernelSpec) -> list:
             claim(axis.name, "mesh axis", axis.loc)
         for pipe in v.pipelines:
             claim(pipe.name, "pipeline", pipe.loc)
+    if spec.mesh_sizes:  # a mesh-only spec's sized mesh axes are locals of its kernel and reference
+        for axis in (a for a in spec.sharding.mesh if a.name in spec.mesh_sizes):
+            claim(axis.name, "mesh axis", axis.loc)
     for c in spec.competitors:  # rendered as `<kernel>_<name>` beside `<kernel>_reference`
         if c.name == "reference":
             out.append(Diagnostic("E400", f"competitor `reference` would be generated as `{spec.name}_reference`, "
@@ -326,12 +329,41 @@ def _dtypes(spec: KernelSpec) -> list:
     inputs |= {o.name for o in spec.kernel_only if o.role == Role.INPUT}  # a scratch buffer may take a kernel input's
     arrays = (ScratchKind.ARRAY, ScratchKind.ACCUMULATOR)
     for s in (s for v in spec.variants.values() for s in v.scratch if s.kind in arrays):
-        if s.dtype is None:
+        if s.dtype is None and s.dtype_map is None:
             if s.kind == ScratchKind.ARRAY:  # an accumulator is float32 unless it says otherwise
                 out.append(Diagnostic("E202", f"scratch {s.name}: an array buffer needs a dtype", s.loc))
-        elif s.dtype not in dt.DTYPES and s.dtype not in inputs:  # `dtype: x` follows input x
+        elif s.dtype is not None and s.dtype not in dt.DTYPES and s.dtype not in inputs:  # `dtype: x` follows input x
             hint = did_you_mean(s.dtype, list(dt.DTYPES) + sorted(inputs))
             out.append(Diagnostic("E401", f"scratch {s.name}: unknown dtype `{s.dtype}`", s.loc, hint))
+    return out
+
+
+def _dtype_maps(spec: KernelSpec) -> list:
+    """E419, E401: a `{from: x, map: {...}}` dtype looks up an input with dtypes of its own, by
+    known dtypes, with an entry for every dtype that input can take."""
+    out = []
+    free = {o.name: o for o in spec.inputs if o.follows is None}
+    owners = [(f"{o.name}", o.dtype_map, o.dtype_loc) for o in spec.outputs if o.dtype_map is not None]
+    owners += [(f"scratch {s.name}", s.dtype_map, s.loc) for v in spec.variants.values() for s in v.scratch
+               if s.dtype_map is not None]
+    seen = set()
+    for label, m, loc in owners:
+        if (label, loc) in seen:
+            continue  # a base scratch buffer that every backend inherits: reported once
+        seen.add((label, loc))
+        for name in (*(k for k, _ in m.table), *m.targets):
+            if name not in dt.DTYPES:
+                out.append(Diagnostic("E401", f"{label}: unknown dtype `{name}` in its dtype map", loc,
+                                      did_you_mean(name, list(dt.DTYPES))))
+        source = free.get(m.source)
+        if source is None:
+            out.append(Diagnostic("E419", f"{label}: dtype map reads `{m.source}`, which is not an input with dtypes of its own",
+                                  loc, did_you_mean(m.source, sorted(free)) or f"name one of: {', '.join(sorted(free))}"))
+            continue
+        missing = [d for d in source.dtypes if m.of(d) is None]
+        if missing:
+            out.append(Diagnostic("E419", f"{label}: dtype map has no entry for {m.source} of dtype {', '.join(missing)}",
+                                  loc, f"add `{missing[0]}: <dtype>` to the map"))
     return out
 
 
@@ -401,17 +433,19 @@ def _structure(spec: KernelSpec, v: Variant) -> list:
     scope = params | dims
     for op in spec.operands:
         for e in op.shape:
-            for name in sorted(e.names - scope):
+            for name in sorted(e.names - scope - (set(spec.mesh_sizes) if op.role == "output" else set())):
                 out.append(
                     Diagnostic(
                         "E408",
                         f"{op.name}: `{name}` is not a dim bound by an input shape, nor a param",
                         e.loc,
-                        "use it alone as a dim of some input's shape, or declare it under params",
+                        _mesh_axis_hint(spec, op, name) or "use it alone as a dim of some input's shape, or declare it under params",
                     )
                 )
     for axis in v.grid:
-        out += _unknown(axis.size, scope, "grid")
+        out += _unknown(axis.size, scope | set(spec.grid_scalars), "grid")
+    for name, bound in spec.grid_scalars.items():
+        out += _unknown(bound, scope, f"{name}.max")
     for c in spec.constraints:
         out += _unknown(c.expr, scope, "constraint")
     for c in v.constraints:
@@ -490,14 +524,27 @@ def _structure(spec: KernelSpec, v: Variant) -> list:
     return out
 
 
+def _mesh_axis_hint(spec: KernelSpec, op, name: str) -> str | None:
+    """E408's help for a mesh axis named in a shape: where its size may be read."""
+    sh = spec.sharding
+    axis = next((a for a in sh.mesh if a.name == name), None) if sh is not None else None
+    if axis is None:
+        return None
+    if op.role != "output":
+        return "a mesh axis size may be read in output shapes only"
+    if axis.size is None:
+        return f"mesh axis {name} is sized by the device count; give it a size to read it in a shape"
+    return "a mesh axis size may be read in the output shapes of a spec with `sharding.mesh_only: true`"
+
+
 def _prefetch(spec: KernelSpec) -> list:
-    """E410: a scalar-prefetch input is a 1-D integer array with an index initialiser and no block."""
+    """E410: a scalar-prefetch input is an integer array (of rank 1 or more) with an index initialiser and no block."""
     out = []
     for op in spec.prefetched:
         dtypes = op.dtypes or next(o.dtypes for o in spec.inputs if o.name == op.follows) or ()
         problems = []
-        if op.rank != 1:
-            problems.append(f"has rank {op.rank}, not 1")
+        if op.rank == 0:
+            problems.append("has rank 0; give it shape [1]")
         if any(dt.DTYPES.get(d, (0, ""))[1] not in ("i", "u") for d in dtypes):
             problems.append(f"has dtype {', '.join(dtypes)}, not an integer type")
         if op.init is None or op.init.kind != InitKind.INDEX:
@@ -505,15 +552,20 @@ def _prefetch(spec: KernelSpec) -> list:
         for v in spec.variants.values():
             if op.name in v.blocks:
                 problems.append(f"has a block spec ({v.backend}); it is passed whole, to SMEM")
+        if op.max is not None and [e.constant for e in op.shape] != [1]:
+            problems.append(f"has `max` (a grid extent) but shape [{', '.join(e.shown for e in op.shape)}], not [1]")
         for p in problems:
             out.append(
                 Diagnostic(
                     "E410",
                     f"scalar-prefetch input {op.name} {p}",
                     op.loc,
-                    "a prefetched input holds indices: shape [n], an int dtype, init {kind: index, bound: ...}",
+                    "a prefetched input holds indices: a shape such as [n] or [B, n], an int dtype, init {kind: index, bound: ...}",
                 )
             )
+    for op in (o for o in spec.inputs if o.max is not None and not o.prefetch):
+        out.append(Diagnostic("E410", f"input {op.name} has `max` but is not scalar-prefetched", op.loc,
+                              "a grid extent read in the kernel is a `prefetch: true` input of shape [1]"))
     return out
 
 

@@ -15,7 +15,7 @@ import math
 from kspec.codegen.checks import instances
 from kspec.codegen.backends import rules
 from kspec.codegen.diagnostics import Diagnostic, did_you_mean
-from kspec.codegen.spec.sharding import SHARDED_NAMES, Sharding
+from kspec.codegen.spec.sharding import GATHER, SHARDED_NAMES, Sharding
 
 
 def check(spec, per_case: bool = True) -> list:
@@ -136,6 +136,23 @@ def dim_split(spec) -> tuple:
     return split, out
 
 
+def gather_dims(spec, op, split: dict | None = None) -> list:
+    """[(axis, dim)]: for an output with `all_gather` over some axes, each axis with the output
+    dim that the inputs split over it (the dim lax.all_gather gathers along); an axis that
+    splits none of its dims is left out (E805 reports it)."""
+    red = spec.sharding.reductions.get(op.name)
+    if red is None or red.op != GATHER:
+        return []
+    if split is None:
+        split, _ = dim_split(spec)
+    out = []
+    for axis in red.axes:
+        dims = [d for d, e in enumerate(op.shape) if _plain_dim(spec, e) and axis in split.get(e.source, ())]
+        if dims:
+            out.append((axis, dims[0]))
+    return out
+
+
 def _shown(axes: tuple) -> str:
     return "(" + ", ".join(axes) + ")" if axes else "nothing"
 
@@ -149,16 +166,24 @@ def _outputs(spec, sh: Sharding, split: dict) -> list:
         ps = sh.specs.get(op.name)
         loc = ps.loc if ps is not None else sh.loc
         own = sh.split(op.name, op.rank)
+        red = sh.reductions.get(op.name)
+        gathered = set(red.axes) if red and red.op == GATHER else set()
         for d, (e, axes) in enumerate(zip(op.shape, own)):
             want = split.get(e.source, ()) if _plain_dim(spec, e) else ()
+            want = tuple(a for a in want if a not in gathered)  # gathered: whole along those axes
             if axes != want:
                 dim_loc = ps.dim_locs[d] if ps is not None and d < len(ps.dim_locs) else loc
                 out.append(Diagnostic("E805", f"{op.name}: dim {d} ({e.source}) is split over {_shown(axes)} but the "
                                       f"inputs split {e.source} over {_shown(want)}", dim_loc,
                                       f"split {op.name} dim {d} as the inputs split {e.source}"))
-        red = sh.reductions.get(op.name)
         reduced = set(red.axes) if red else set()
         mine = {a for axes in own for a in axes}
+        found = {axis for axis, _ in gather_dims(spec, op, split)}
+        for axis in sorted(gathered - found):
+            out.append(Diagnostic("E805", f"{op.name}: gathered over `{axis}`, which splits none of its dims in the "
+                                  "inputs", red.loc, f"all_gather collects the shards of a dim that the inputs split "
+                                  f"over {axis}; drop it, or use psum for partial results"))
+        reduced -= gathered - found  # reported just now
         for axis in sorted(input_axes - mine - reduced, key=[a.name for a in sh.mesh].index):
             out.append(Diagnostic("E805", f"{op.name}: the inputs are split over `{axis}` but {op.name} is neither "
                                   f"split nor reduced over it", loc,
@@ -166,7 +191,7 @@ def _outputs(spec, sh: Sharding, split: dict) -> list:
                                   f"{op.name}, or split {op.name} over {axis}"))
         for axis in sorted(reduced & mine):
             out.append(Diagnostic("E805", f"{op.name}: reduced over `{axis}`, which also splits it", red.loc))
-        for axis in sorted(reduced - input_axes - mine):
+        for axis in sorted(reduced - gathered - input_axes - mine):
             out.append(Diagnostic("E805", f"{op.name}: reduced over `{axis}`, which splits no input", red.loc,
                                   f"every shard along {axis} holds the same {op.name}: drop the reduction"))
     return out

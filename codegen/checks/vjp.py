@@ -359,7 +359,10 @@ def _backward_dtypes(entry: Backward, bspec, assign: dict) -> dict:
     """The backward kernel's operand dtypes, from the dtypes of what its inputs are bound to."""
     out = {op.name: assign[entry.binding(op.name).source] for op in bspec.inputs}
     for op in bspec.outputs:
-        out[op.name] = out[op.follows] if op.follows else op.dtypes[0]
+        if op.dtype_map is not None:
+            out[op.name] = op.dtype_map.of(out[op.dtype_map.source])
+        else:
+            out[op.name] = out[op.follows] if op.follows else op.dtypes[0]
     return out
 
 

@@ -60,6 +60,7 @@ CODES: dict[str, str] = {
     "E416": "residual output in a spec without vjp",
     "E417": "residual output not saved for the backward pass",
     "E418": "every output is residual",
+    "E419": "invalid dtype map",
     "E420": "backward spec cannot be used",
     "E421": "unknown name in vjp",
     "E422": "backward kernel input or param bound wrongly",

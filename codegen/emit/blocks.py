@@ -5,7 +5,7 @@ that Pallas Triton needs."""
 from __future__ import annotations
 
 from kspec.codegen.backends import BACKENDS
-from kspec.codegen.emit.source import block_dim, dtype_src, gpu_layout, jnp_dtype, lambda_src, literal, pipelined, tuple_src
+from kspec.codegen.emit.source import block_dim, dtype_src, gpu_layout, jnp_dtype, lambda_src, literal, mapped_dtype, pipelined, tuple_src
 from kspec.codegen.spec.expr import Expr
 from kspec.codegen.spec.model import DimKind, KernelSpec, MemorySpace, Role, ScratchKind, Variant
 
@@ -59,6 +59,8 @@ def scratch_shape(spec: KernelSpec, variant: Variant, s) -> str:
 
 def _scratch_dtype(spec: KernelSpec, s) -> str:
     """A dtype name, or an input's name: that input's dtype at call time (`x.dtype`)."""
+    if s.dtype_map is not None:
+        return mapped_dtype(s.dtype_map)
     inputs = {o.name for o in spec.inputs + spec.facade}  # facade: the function's, in scope too
     return f"{s.dtype}.dtype" if s.dtype in inputs else jnp_dtype(s.dtype)
 

@@ -3,12 +3,13 @@ and runs the kernel."""
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 
 from kspec.codegen.backends import BACKENDS
 from kspec.codegen.emit import blocks, mesh
 from kspec.codegen.emit.signature import Signature
-from kspec.codegen.emit.source import dtype_src, grid_indices, jnp_dtype, literal, tuple_src
+from kspec.codegen.emit.source import dtype_src, grid_indices, jnp_dtype, literal, out_dtype_outputs, tuple_src
 from kspec.codegen.spec.model import SpecKind, Variant
 
 
@@ -20,9 +21,10 @@ def kernel(sig: Signature, variant: Variant) -> dict:
     backend = BACKENDS[variant.backend]
     refs = [f"{o.name}_ref" for o in spec.call_order + spec.outputs] + [f"{s.name}_ref" for s in variant.scratch]
     indices = grid_indices(variant)
-    kwargs = [p.name for p in variant.params] + list(spec.dims)
+    kwargs = [p.name for p in variant.params] + list(spec.dims) + list(spec.mesh_sizes)
     static = [p.name for p in variant.params] + (["interpret"] if backend.interpret == "interpret" else [])
     static += ["residuals"] if sig.with_residuals else []
+    static += ["out_dtype"] if out_dtype_outputs(spec) else []
     # manual_axis_type: inside jax.shard_map(check_vma=True) the outputs vary over the
     # mesh axes the inputs vary over; outside it is empty and changes nothing.
     varying = f"_signature.manual_axis_type({', '.join(sig.inputs)})"
@@ -52,11 +54,13 @@ def kernel(sig: Signature, variant: Variant) -> dict:
         kernel_refs=refs,
         grid_indices=indices,  # {name: axis} of the named grid indices the body reads
         kernel_kwargs=kwargs,
+        mesh_sizes=list(spec.mesh_sizes.items()),
         params=sig.params(variant),
         signature=sig.signature_of(
             variant,
             (("interpret=False",) if backend.interpret == "interpret" else ())
-            + (("residuals=False",) if sig.with_residuals else ()),
+            + (("residuals=False",) if sig.with_residuals else ())
+            + (("out_dtype=None",) if out_dtype_outputs(spec) else ()),
             tuned=True,
         ),
         tunable=[p.name for p in variant.params if p.resolved],
@@ -64,7 +68,7 @@ def kernel(sig: Signature, variant: Variant) -> dict:
         static_argnames=tuple_src(f'"{s}"' for s in static),
         input_docs=input_docs,
         out_shape=out_shapes[0] if len(out_shapes) == 1 else "[" + ", ".join(out_shapes) + "]",
-        grid=tuple_src(a.size.render() for a in variant.grid),
+        grid=tuple_src(_grid_size(spec, a) for a in variant.grid),
         in_specs=[blocks.block_spec(spec, variant, o) for o in spec.call_order if not o.prefetch],
         call_inputs=[o.name for o in spec.call_order],
         num_scalar_prefetch=len(spec.prefetched),
@@ -75,6 +79,7 @@ def kernel(sig: Signature, variant: Variant) -> dict:
         debug=spec.call.debug,
         out_specs=out_specs[0] if len(out_specs) == 1 else "[" + ", ".join(out_specs) + "]",
         scratch_shapes=[blocks.scratch_shape(spec, variant, s) for s in variant.scratch],
+        scratch_inits=[(f"{s.name}_ref", literal(s.init)) for s in variant.scratch if s.init is not None],
         compiler_params=blocks.compiler_params(variant.backend, variant.compiler_params),
         dtype_limits=[(name, tuple_src(jnp_dtype(d) for d in allowed)) for name, allowed in variant.dtypes.items()],
         cost_estimate=blocks.cost(spec),
@@ -118,3 +123,23 @@ def _wrapped(sig: Signature, variant: Variant) -> dict:
         "keep": facing["keep"] if w.epilogue is not None else None,
     }
     return out
+
+
+def _grid_size(spec, axis) -> str:
+    """A grid axis's size in the kernel call: a scalar-prefetch extent (`max:`) it names is read
+    from its array, `num_tiles[0]`, a traced value (so min/max become jnp.minimum/maximum)."""
+    scalars = spec.grid_scalars
+    if not axis.size.names & scalars.keys():
+        return axis.size.render()
+    tree = _ReadScalars(scalars).visit(ast.parse(axis.size.render(traced=True), mode="eval").body)
+    return ast.unparse(tree)
+
+
+class _ReadScalars(ast.NodeTransformer):
+    def __init__(self, names):
+        self.names = names
+
+    def visit_Name(self, node: ast.Name) -> ast.AST:
+        if node.id in self.names:
+            return ast.Subscript(ast.Name(node.id, ast.Load()), ast.Constant(0), ast.Load())
+        return node

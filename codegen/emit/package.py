@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from kspec.codegen.backends import AUTO, BACKENDS
 from kspec.codegen.emit.signature import Signature
-from kspec.codegen.emit.source import literal, tuple_src
+from kspec.codegen.emit.source import literal, out_dtype_outputs, tuple_src
 from kspec.codegen.spec.expr import Expr
 
 
@@ -20,7 +20,7 @@ def reference(sig: Signature) -> dict:
         for c in sig.spec.competitors
     ]
     return dict(sig.common(), signature=sig.signature_of(base), reference=sig.spec.reference.source,
-                competitors=competitors)
+                mesh_sizes=list(sig.spec.mesh_sizes.items()), competitors=competitors)
 
 
 def tuning(sig: Signature, tuned: dict) -> dict:
@@ -110,6 +110,16 @@ def init(sig: Signature, spec_path: str) -> dict:
         params=params,
         params_dict="{" + ", ".join(f'"{p}": {p}' for p in params) + "}",
         vjp=spec.vjp is not None,
-        vjp_reference_forward=spec.vjp is not None and not any(o.residual for o in spec.outputs),
+        vjp_reference_forward=(spec.vjp is not None and not any(o.residual for o in spec.outputs)
+                               and not out_dtype_outputs(spec)),
+        out_dtype=_out_dtype_returned(spec),
         reference_params=tuple_src(repr(p.name) for p in next(iter(spec.variants.values())).params),
     )
+
+
+def _out_dtype_returned(spec) -> str | None:
+    """For the package function's out_dtype: per returned output, whether out_dtype sets its
+    dtype (a tuple literal); None when no output's dtype is a map."""
+    if not out_dtype_outputs(spec):
+        return None
+    return tuple_src(repr(o.dtype_map is not None) for o in spec.outputs if not o.residual)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from kspec.codegen.checks.sharding import gather_dims
+from kspec.codegen.spec.sharding import GATHER
 from kspec.codegen.emit.signature import Signature
 from kspec.codegen.emit.source import tuple_src
 
@@ -20,6 +22,11 @@ def sharded(sig: Signature) -> dict:
         red = sh.reductions.get(o.name)
         if red is None:
             return o.name
+        if red.op == GATHER:
+            value = o.name
+            for axis, dim in gather_dims(spec, o):
+                value = f'lax.all_gather({value}, "{axis}", axis={dim}, tiled=True, to="invarying")'
+            return value
         axes = tuple_src(f'"{a}"' for a in red.axes)
         return f"lax.{red.op}({o.name}, {axes})"
 

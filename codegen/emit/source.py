@@ -34,7 +34,20 @@ def tuple_src(items) -> str:
 
 
 def dtype_src(spec: KernelSpec, op) -> str:
+    if op.dtype_map is not None:
+        return f"(jnp.dtype(out_dtype) if out_dtype is not None else {mapped_dtype(op.dtype_map)})"
     return f"{op.follows}.dtype" if op.follows else jnp_dtype(op.dtypes[0])
+
+
+def mapped_dtype(m) -> str:
+    """`{'int8': jnp.int32, ...}[jnp.dtype(x.dtype).name]`: a dtype map looked up in a call."""
+    table = "{" + ", ".join(f"{k!r}: {jnp_dtype(v)}" for k, v in m.table) + "}"
+    return f"{table}[jnp.dtype({m.source}.dtype).name]"
+
+
+def out_dtype_outputs(spec: KernelSpec) -> list:
+    """The outputs whose dtype is a map: the ones the generated function's out_dtype sets."""
+    return [o.name for o in spec.outputs if o.dtype_map is not None]
 
 
 def gpu_layout(block) -> str:

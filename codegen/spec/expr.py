@@ -6,8 +6,10 @@ every node is on the whitelist, and it is evaluated by walking it.
 
     names, ints (and float/bool constants), + - * // %, unary -,
     comparisons, and/or/not, min(...), max(...), cdiv(a, b), next_pow2(n)
-    index maps only: ref[expr] where ref is a scalar-prefetch operand, and
-    ds(start, size), the slice a bounded_slice block dim takes (pl.ds)
+    index maps only: ref[expr, ...] where ref is a scalar-prefetch operand (one index per dim),
+    ds(start, size), the slice a bounded_slice block dim takes (pl.ds), and the
+    conditionals select(c, a, b) and `a if c else b` (jnp.where: both sides are
+    computed, so the checks evaluate both too)
 """
 
 from __future__ import annotations
@@ -60,10 +62,18 @@ def _next_pow2(n):
 
 
 FUNCTIONS = {"min": min, "max": max, "cdiv": _cdiv, "next_pow2": _next_pow2}
-INDEX_MAP_FUNCTIONS = {"ds": Slice}
+
+
+def _select(c, a, b):
+    """select(c, a, b): a where c holds, else b (jnp.where in generated code)."""
+    return a if c else b
+
+
+INDEX_MAP_FUNCTIONS = {"ds": Slice, "select": _select}
 # How each whitelisted function is spelled in generated code.
-RENDERED_FUNCTIONS = {"min": "min", "max": "max", "cdiv": "pl.cdiv", "next_pow2": "pl.next_power_of_2", "ds": "pl.ds"}
-ARITY = {"cdiv": 2, "ds": 2, "next_pow2": 1}  # min and max take two or more
+RENDERED_FUNCTIONS = {"min": "min", "max": "max", "cdiv": "pl.cdiv", "next_pow2": "pl.next_power_of_2", "ds": "pl.ds",
+                      "select": "jnp.where"}
+ARITY = {"cdiv": 2, "ds": 2, "next_pow2": 1, "select": 3}  # min and max take two or more
 
 
 class ExprError(Exception):
@@ -240,7 +250,7 @@ def _check(node: ast.AST, names: set, subscripts: bool, lead: int, top: bool = T
     elif isinstance(node, ast.Call):
         allowed = FUNCTIONS.keys() | (INDEX_MAP_FUNCTIONS.keys() if subscripts else set())
         if not isinstance(node.func, ast.Name) or node.func.id not in allowed:
-            raise bad("calling anything but min, max, cdiv, next_pow2 or ds" if subscripts
+            raise bad("calling anything but min, max, cdiv, next_pow2, ds or select" if subscripts
                       else "calling anything but min, max, cdiv or next_pow2")
         if node.keywords or any(isinstance(a, ast.Starred) for a in node.args):
             raise bad("keyword or starred arguments")
@@ -255,11 +265,20 @@ def _check(node: ast.AST, names: set, subscripts: bool, lead: int, top: bool = T
             if isinstance(e, ast.Starred):
                 raise ExprError("E300", "a starred element is not allowed in an expression", e.col_offset + lead)
             rec(e)
+    elif isinstance(node, ast.IfExp):
+        if not subscripts:
+            raise bad("a conditional (`a if c else b`) outside an index map")
+        rec(node.test)
+        rec(node.body)
+        rec(node.orelse)
     elif isinstance(node, ast.Subscript) and subscripts:
-        if not isinstance(node.value, ast.Name) or isinstance(node.slice, (ast.Slice, ast.Tuple)):
+        indices = node.slice.elts if isinstance(node.slice, ast.Tuple) else [node.slice]
+        if not isinstance(node.value, ast.Name) or not indices or any(
+                isinstance(i, (ast.Slice, ast.Starred, ast.Tuple)) for i in indices):
             raise bad("this subscript")
         names.add(node.value.id)
-        rec(node.slice)
+        for i in indices:
+            rec(i)
     else:
         raise bad(f"`{type(node).__name__}`")
 
@@ -304,20 +323,33 @@ def _eval(node: ast.AST, env: Mapping[str, Any]) -> Any:
         if node.func.id == "cdiv" and args[1] == 0:
             raise ExprError("E303", f"division by zero in `{ast.unparse(node)}`", node.col_offset)
         return {**FUNCTIONS, **INDEX_MAP_FUNCTIONS}[node.func.id](*args)
+    if isinstance(node, ast.IfExp):
+        return _select(*(_eval(n, env) for n in (node.test, node.body, node.orelse)))  # both sides, as jnp.where
     if isinstance(node, ast.Tuple):
         return tuple(_eval(e, env) for e in node.elts)
     if isinstance(node, ast.Subscript):
         value = node.value  # a scalar-prefetch ref: its values, or None where only the run knows them
-        seq = env[value.id] if isinstance(value, ast.Name) and value.id in env else _eval(value, env)
-        index = _eval(node.slice, env)
-        if seq is None:
-            raise NotEvaluable(ast.unparse(node))
-        if not 0 <= index < len(seq):
-            raise ExprError(
-                "E303", f"`{ast.unparse(node)}` reads index {index} of {len(seq)}", node.col_offset
-            )
-        return int(seq[index])
+        array = env[value.id] if isinstance(value, ast.Name) and value.id in env else _eval(value, env)
+        return _read(node, array, env)
     raise ExprError("E300", f"cannot evaluate `{ast.unparse(node)}`")
+
+
+def _read(node: ast.Subscript, array, env: Mapping[str, Any]) -> int:
+    """`ref[i, j]`: one entry of a scalar-prefetch array (anything with a shape, or a list),
+    every index checked against its dim."""
+    if array is None:
+        raise NotEvaluable(ast.unparse(node))
+    parts = node.slice.elts if isinstance(node.slice, ast.Tuple) else [node.slice]
+    index = tuple(_eval(p, env) for p in parts)
+    shape = tuple(getattr(array, "shape", (len(array),)))
+    if len(index) != len(shape):
+        raise ExprError("E303", f"`{ast.unparse(node)}` gives {len(index)} "
+                        f"{'index' if len(index) == 1 else 'indices'} to an array of rank {len(shape)}", node.col_offset)
+    for d, (i, n) in enumerate(zip(index, shape)):
+        if not 0 <= i < n:
+            along = f" along dim {d}" if len(shape) > 1 else ""
+            raise ExprError("E303", f"`{ast.unparse(node)}` reads index {i} of {n}{along}", node.col_offset)
+    return int(array[index if len(index) > 1 else index[0]])
 
 
 def _bounded(value, node):
@@ -330,7 +362,9 @@ def _render(node: ast.AST, traced: bool = False) -> str:
     """Python source for generated code.
 
     `traced`: the expression runs on traced grid indices (an index map), so
-    min/max become jnp.minimum/jnp.maximum, nested pairwise.
+    min/max become jnp.minimum/jnp.maximum, nested pairwise, `a if c else b` and
+    select(c, a, b) jnp.where(c, a, b), and/or/not and chained comparisons
+    jnp.logical_and/or/not. Untraced, select(c, a, b) is `a if c else b`.
     """
     node = _Renamer(traced).visit(_copy(node))
     return ast.unparse(node)
@@ -353,9 +387,44 @@ class _Renamer(ast.NodeTransformer):
     def __init__(self, traced: bool):
         self.traced = traced
 
+    def visit_IfExp(self, node: ast.IfExp) -> ast.AST:
+        self.generic_visit(node)
+        if not self.traced:
+            return node
+        return ast.Call(_attr("jnp.where"), [node.test, node.body, node.orelse], [])
+
+    def visit_BoolOp(self, node: ast.BoolOp) -> ast.AST:
+        self.generic_visit(node)
+        if not self.traced:
+            return node
+        fn = "jnp.logical_and" if isinstance(node.op, ast.And) else "jnp.logical_or"
+        out = node.values[0]
+        for value in node.values[1:]:
+            out = ast.Call(_attr(fn), [out, value], [])
+        return out
+
+    def visit_UnaryOp(self, node: ast.UnaryOp) -> ast.AST:
+        self.generic_visit(node)
+        if self.traced and isinstance(node.op, ast.Not):
+            return ast.Call(_attr("jnp.logical_not"), [node.operand], [])
+        return node
+
+    def visit_Compare(self, node: ast.Compare) -> ast.AST:
+        self.generic_visit(node)
+        if not self.traced or len(node.ops) == 1:
+            return node
+        sides = [node.left, *node.comparators]  # a < b < c: (a < b) and (b < c)
+        pairs = [ast.Compare(sides[k], [op], [sides[k + 1]]) for k, op in enumerate(node.ops)]
+        out = pairs[0]
+        for pair in pairs[1:]:
+            out = ast.Call(_attr("jnp.logical_and"), [out, pair], [])
+        return out
+
     def visit_Call(self, node: ast.Call) -> ast.AST:
         self.generic_visit(node)
         name = node.func.id
+        if name == "select" and not self.traced:
+            return ast.IfExp(*node.args)
         if self.traced and name in self.TRACED:
             out = node.args[0]
             for arg in node.args[1:]:

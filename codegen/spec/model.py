@@ -165,6 +165,25 @@ class Init:
 
 
 @dataclasses.dataclass(frozen=True)
+class DtypeMap:
+    """`dtype: {from: x, map: {int8: int32, bfloat16: float32}}`: the dtype of an output or a
+    scratch buffer, looked up by the dtype input x has in a call (an int8 matmul's int32
+    accumulator)."""
+
+    source: str  # the input whose dtype is looked up
+    table: tuple  # ((input dtype, dtype), ...), in the spec's order
+
+    def of(self, dtype: str) -> str | None:
+        """The dtype for input dtype `dtype`; None when the map has no entry for it."""
+        return dict(self.table).get(dtype)
+
+    @property
+    def targets(self) -> tuple:
+        """The dtypes the map can give, each once, in the spec's order."""
+        return tuple(dict.fromkeys(to for _, to in self.table))
+
+
+@dataclasses.dataclass(frozen=True)
 class Operand:
     name: str
     role: Role
@@ -182,6 +201,8 @@ class Operand:
     residual_loc: Location | None = None
     kernel: bool = False  # a kernel operand of `kernel:`, made by the prologue or read by the epilogue
     optional: bool = False  # an input the function may be called without (None)
+    dtype_map: DtypeMap | None = None  # outputs: the dtype looked up from an input's (dtypes: its targets)
+    max: Expr | None = None  # a scalar-prefetch grid extent: the static bound of its value
 
     @property
     def rank(self) -> int:
@@ -207,6 +228,7 @@ class Block:
     memory_space: MemorySpace | None = None  # None: the backend's default
     buffers: int | None = None  # pipeline_mode: pl.Buffered(buffers)
     masked: bool = False  # the body loads and stores it masked: on triton its dims need not be powers of two
+    sliced: bool = False  # the body takes only power-of-two slices of it: on triton its dims need not be powers of two
     collective_axes: tuple = ()  # Mosaic GPU pipeline inputs: the cluster axis a copy is multicast along
 
     def kind(self, d: int) -> DimKind:
@@ -234,6 +256,14 @@ class Scratch:
     tiling: tuple = ()  # Mosaic GPU SMEM arrays: plgpu.TilingTransform
     swizzle: int | None = None  # ... then plgpu.SwizzleTransform
     collective_axes: tuple = ()  # Mosaic GPU barriers: a cluster axis, for a plgpu.ClusterBarrier
+    dtype_map: DtypeMap | None = None  # the dtype looked up from an input's (dtype is then None)
+    init: int | float | bool | None = None  # smem arrays: every element set to it before the body runs
+
+    def dtype_in(self, assign: Mapping) -> str | None:
+        """The buffer's dtype in a call whose operands have the dtypes `assign` (name -> dtype)."""
+        if self.dtype_map is not None:
+            return self.dtype_map.of(assign.get(self.dtype_map.source))
+        return assign.get(self.dtype, self.dtype)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -439,6 +469,20 @@ class KernelSpec:
         return tuple(c for f in self.families for c in f.cases)
 
     @property
+    def mesh_sizes(self) -> dict:
+        """{axis: size} of a mesh-only spec's sized mesh axes (`sharding:`): its output shapes,
+        body and reference may read them, as the kernel runs per device."""
+        sh = self.sharding
+        if sh is None or not sh.mesh_only:
+            return {}
+        return {a.name: a.size for a in sh.mesh if a.size is not None}
+
+    @property
+    def grid_scalars(self) -> dict:
+        """{name: bound Expr} of the scalar-prefetch inputs that a grid size may read (`max:`)."""
+        return {o.name: o.max for o in self.inputs if o.prefetch and o.max is not None}
+
+    @property
     def prefetched(self) -> tuple:
         """The scalar-prefetch inputs, in declared order."""
         return tuple(o for o in self.inputs if o.prefetch)
@@ -532,6 +576,13 @@ class _Parser:
             data = data[key]
         return data
 
+    @staticmethod
+    def dtype_map(value: Any) -> DtypeMap | None:
+        """A `{from: x, map: {...}}` dtype (the schema has checked its form), else None."""
+        if not isinstance(value, dict):
+            return None
+        return DtypeMap(value["from"], tuple((k, v) for k, v in value["map"].items()))
+
 
 class _Operands(_Parser):
     """The inputs and outputs, with their initialisers."""
@@ -542,8 +593,10 @@ class _Operands(_Parser):
             here = at + (name,)
             shape = tuple(self.expr(v, here + ("shape", i)) for i, v in enumerate(spec["shape"]))
             dtype = spec["dtype"]
-            follows = None
-            if isinstance(dtype, list):
+            follows, dtype_map = None, self.dtype_map(dtype)
+            if dtype_map is not None:
+                dtypes = dtype_map.targets
+            elif isinstance(dtype, list):
                 dtypes = tuple(dtype)
             elif dtype in inputs:
                 dtypes, follows = None, dtype
@@ -566,6 +619,8 @@ class _Operands(_Parser):
                     bool(spec.get("residual", False)),
                     self.doc.loc(here + ("residual",)) if "residual" in spec else None,
                     optional=bool(spec.get("optional", False)),
+                    dtype_map=dtype_map,
+                    max=self.expr(spec["max"], here + ("max",)) if "max" in spec else None,
                 )
             )
         return tuple(out)
@@ -679,6 +734,7 @@ class _Variants(_Parser):
                 _member(MemorySpace, spec.get("memory_space")),
                 (spec.get("pipeline_mode") or {}).get("buffered"),
                 masked=bool(spec.get("masked", False)),
+                sliced=bool(spec.get("sliced", False)),
             )
         return out
 
@@ -701,7 +757,7 @@ class _Variants(_Parser):
                 Scratch(
                     name,
                     shape,
-                    spec.get("dtype"),
+                    None if isinstance(spec.get("dtype"), dict) else spec.get("dtype"),
                     MemorySpace(spec.get("memory_space", MemorySpace.VMEM)),
                     ScratchKind(spec.get("kind", ScratchKind.ARRAY)),
                     spec.get("num_arrivals", 1),
@@ -709,6 +765,8 @@ class _Variants(_Parser):
                     tuple((spec.get("transforms") or {}).get("tiling", ())),
                     (spec.get("transforms") or {}).get("swizzle"),
                     tuple(spec.get("collective_axes", ())),
+                    self.dtype_map(spec.get("dtype")),
+                    spec.get("init"),
                 )
             )
         return tuple(out)

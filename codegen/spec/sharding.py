@@ -15,6 +15,7 @@ from typing import Mapping
 from kspec.codegen.diagnostics import Location
 
 REDUCTIONS = ("psum", "pmax", "pmin")  # lax collectives an output may be reduced with
+GATHER = "all_gather"  # the collective that gathers an output's shards along a dim the inputs split
 # Names `<kernel>_sharded` takes or calls: operands and params may not shadow them.
 SHARDED_NAMES = frozenset({"mesh", "make_mesh", "select_sharded_backend"})
 
@@ -39,7 +40,7 @@ class PartitionSpec:
 @dataclasses.dataclass(frozen=True)
 class Reduction:
     output: str
-    op: str  # one of REDUCTIONS
+    op: str  # one of REDUCTIONS, or GATHER
     axes: tuple
     loc: Location
 
@@ -53,6 +54,7 @@ class Sharding:
     reductions: Mapping[str, Reduction]
     loc: Location
     axis_names_loc: Location
+    mesh_only: bool = False  # runs only on a mesh: single-device verify and lowering skip it
 
     def split(self, operand: str, rank: int) -> tuple:
         """The operand's axes per dim, padded to its rank."""
@@ -112,4 +114,5 @@ def build(doc) -> Sharding | None:
         reductions=reductions,
         loc=doc.key_loc(at),
         axis_names_loc=doc.loc(at + ("axis_names",)),
+        mesh_only=raw.get("mesh_only", False),
     )

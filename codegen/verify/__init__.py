@@ -107,7 +107,8 @@ def _tasks(c, name: str, i: int, case, assign: dict, label: str, seed: int, lowe
     planned = [LowerTask(**common) if lower else RunTask(**common, schedules=schedules, inputs=chosen)]
     if grad and c.spec.vjp is not None and any(dt.is_float(assign[o.name]) for o in c.spec.inputs):
         planned.append(LowerTask(**common, grad=True) if lower else GradTask(**common))
-    why = _skip_reason(name, platform, lower) or _dtype_reason(c.spec.variants[name], assign, case)
+    why = (_mesh_only_reason(c.spec) or _skip_reason(name, platform, lower)
+           or _dtype_reason(c.spec.variants[name], assign, case))
     return [(task, why) for task in planned]
 
 
@@ -153,6 +154,13 @@ def _sharded_skip_reason(
     if device_count < devices:
         return f"needs {devices} devices; jax sees {device_count} {platform} device(s)"
     return sh.unfit(devices) or _skip_reason(backend, platform, lower=lower)
+
+
+def _mesh_only_reason(spec) -> str | None:
+    """Why a single-device run or lowering skips the spec: it is `sharding.mesh_only`."""
+    if spec.sharding is not None and spec.sharding.mesh_only:
+        return "mesh-only spec (sharding.mesh_only): it runs on a device mesh only; kspec verify --devices N runs it"
+    return None
 
 
 def _skip_reason(backend: str, platform: str | None, lower: bool) -> str | None:

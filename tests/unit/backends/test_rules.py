@@ -345,3 +345,41 @@ def test_mesh_tpu():
 @pytest.mark.parametrize("n, shown_as", [(512, "512 bytes"), (1536, "1.5 KiB"), (3 << 20, "3.0 MiB")])
 def test_budgets_print_in_readable_units(n, shown_as):
     assert rules._bytes(n) == shown_as
+
+
+def test_slice_sizes_reads_every_access_of_the_ref():
+    """The dims every access of `x_ref` slices statically, with each slice's size."""
+    loop = "for s in range(3):\n    o_ref[pl.ds(s * 128, 128)] = x_ref[pl.ds(s * 128, sl), 0:64]\n"
+    assert rules.slice_sizes(loop, "x", (384, 128)) == {0: ["sl"], 1: [64]}
+    assert rules.slice_sizes(loop, "o", (384,)) == {0: [128]}
+    assert rules.slice_sizes("o_ref[...] = x_ref[pl.ds(0, 8), ...]\n", "x", (384, None, 12)) == {0: [8]}
+    assert rules.slice_sizes("a = x_ref[pl.ds(0, 8)]\nb = x_ref[...]\n", "x", (384,)) == {}  # read whole once
+    assert rules.slice_sizes("f(x_ref)\nb = x_ref[pl.ds(0, 8)]\n", "x", (384,)) == {}  # passed on
+    assert rules.slice_sizes("sl = 96\nb = x_ref[pl.ds(0, sl)]\n", "x", (384,)) == {}  # sl is the body's own
+    assert rules.slice_sizes("b = x_ref.at[pl.ds(0, 16)][...].astype(x_ref.dtype)\n", "x", (384,)) == {0: [16]}
+    assert rules.slice_sizes("def (:", "x", (384,)) == {}
+    assert rules.pow2_sliced_dims(loop, "x", (384, 128), {"sl": 128}) == {0, 1}
+    assert rules.pow2_sliced_dims(loop, "x", (384, 128), {"sl": 96}) == {1}
+
+
+def test_triton_judges_block_dims_by_the_bodys_slices():
+    """E711 stays off a dim the body only slices by powers of two, and for a `sliced: true` block."""
+    section = ("  triton:\n    params: {bs: 12}\n    body: |\n"
+               "      o_ref[pl.ds(0, 8)] = x_ref[pl.ds(0, 8)] * 2\n      o_ref[pl.ds(8, 4)] = x_ref[pl.ds(8, 4)] * 2\n")
+    assert rules._triton(inst(section, "triton")) == []  # slices of 8 and 4 of a block of 12
+    assert [d.code for d in rules._triton(inst(section.replace("pl.ds(0, 8)", "pl.ds(0, 12)"), "triton"))] == [
+        "E711", "E711"]
+    whole = "  triton:\n    params: {bs: 12}\n    blocks:\n"
+    whole += "".join(f'      {n}: {{block_shape: [bs], index_map: "i -> (i,)", sliced: true}}\n' for n in "xo")
+    assert rules._triton(inst(whole, "triton")) == []
+
+
+def test_backend_auto_checks_the_slice_sizes_of_a_sliced_dim():
+    from kspec.codegen.backends import requirements
+
+    spec = build_spec(VALID_SPEC.replace("  o_ref[...] = x_ref[...] * 2\n", "  o_ref[pl.ds(0, bs)] = x_ref[pl.ds(0, sl)]\n")
+                      .replace("  bs: 8\n", "  bs: 8\n  sl: 8\n") + "backends:\n  triton:\n")
+    reqs = requirements._triton(spec, spec.variants["triton"])
+    assert [r.condition for r in reqs] == ["_runtime.is_pow2(sl)", "_runtime.is_pow2(bs)"]
+    assert reqs[0].reason == ("'x block ' + str((bs,)) + ' or its slices (' + _runtime.shown(['sl'], (sl,)) + ')' + "
+                              "' is not all powers of two, which Triton needs'")

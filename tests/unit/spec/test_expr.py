@@ -77,7 +77,7 @@ def test_names():
         ("[M]", "`List` is not allowed in an expression", 0),
         ("{M: 1}", "`Dict` is not allowed in an expression", 0),
         ("(q := M)", "`NamedExpr` is not allowed in an expression", 1),
-        ("M if N else 1", "`IfExp` is not allowed in an expression", 0),
+        ("M if N else 1", "a conditional (`a if c else b`) outside an index map is not allowed in an expression", 0),
         ("f'{M}'", "`JoinedStr` is not allowed in an expression", 0),
         ("[i for i in M]", "`ListComp` is not allowed in an expression", 0),
         ("min(*M)", "keyword or starred arguments is not allowed in an expression", 0),
@@ -180,6 +180,33 @@ def test_index_map_render():
     assert parse_index_map(" -> (0,)").render() == "lambda : (0,)"
 
 
+def test_index_map_reads_a_prefetch_array_of_any_rank_one_index_per_dim():
+    import numpy as np
+
+    m = parse_index_map("b, i, pt -> (pt[b, i], 0)", subscripts=True)
+    table = np.arange(6).reshape(2, 3)
+    assert m.eval({"b": 1, "i": 2, "pt": table}) == (5, 0)
+    assert m.render() == "lambda b, i, pt: (pt[b, i], 0)"
+    with pytest.raises(ExprError, match=r"`pt\[b, i\]` reads index 3 of 3 along dim 1"):
+        m.eval({"b": 1, "i": 3, "pt": table})
+    with pytest.raises(ExprError, match=r"`pt\[i\]` gives 1 index to an array of rank 2"):
+        parse_index_map("i, pt -> (pt[i],)", subscripts=True).eval({"i": 0, "pt": table})
+
+
+def test_index_map_conditionals_evaluate_both_sides_and_render_as_jnp_where():
+    m = parse_index_map("i, j -> (select(i > 0, i - 1, 0), j if 0 < j < 3 and not i else 2)", subscripts=True)
+    assert [m.eval({"i": i, "j": j}) for i, j in ((0, 1), (2, 1), (0, 3))] == [(0, 1), (1, 2), (0, 2)]
+    assert m.render() == ("lambda i, j: (jnp.where(i > 0, i - 1, 0), jnp.where(jnp.logical_and(jnp.logical_and(0 < j, "
+                          "j < 3), jnp.logical_not(i)), j, 2))")
+    reads = parse_index_map("i, idx -> (idx[i] if i < 2 else idx[i - 2],)", subscripts=True)
+    with pytest.raises(ExprError, match=r"`idx\[i - 2\]` reads index -2 of 2"):
+        reads.eval({"i": 0, "idx": [7, 9]})  # the side not chosen is computed too (jnp.where)
+    with pytest.raises(ExprError, match="a conditional \\(`a if c else b`\\) outside an index map is not allowed"):
+        parse_expr("M if N else 1")
+    with pytest.raises(ExprError, match="calling anything but min, max, cdiv or next_pow2"):
+        parse_expr("select(M, N, 1)")
+
+
 def test_index_map_subscripts_only_when_allowed():
     m = parse_index_map("i, idx -> (idx[i], 0)", subscripts=True)
     assert m.names == frozenset()
@@ -190,7 +217,7 @@ def test_index_map_subscripts_only_when_allowed():
         m.eval({"i": 2, "idx": [7, 9]})
     with pytest.raises(ExprError, match="`Subscript` is not allowed"):
         parse_index_map("i, idx -> (idx[i], 0)")
-    for bad in ("i, idx -> (idx[0:2],)", "i, idx -> (idx[i, 0],)", "i -> (f(i)[0],)"):
+    for bad in ("i, idx -> (idx[0:2],)", "i, idx -> (idx[i, 0:2],)", "i, idx -> (idx[()],)", "i -> (f(i)[0],)"):
         with pytest.raises(ExprError):
             parse_index_map(bad, subscripts=True)
 
@@ -204,7 +231,8 @@ def test_index_map_subscripts_only_when_allowed():
         ("min -> (0,)", "E302", "index_map argument `min` is not a plain name", 0),
         ("i, i -> (i,)", "E302", "index_map arguments must be distinct", 0),
         ("i -> (i.real,)", "E300", "`Attribute` is not allowed in an expression", 6),
-        ("i -> (__import__('os'),)", "E300", "calling anything but min, max, cdiv, next_pow2 or ds is not allowed in an expression", 6),
+        ("i -> (__import__('os'),)", "E300", "calling anything but min, max, cdiv, next_pow2, ds or select is not allowed in an expression", 6),
+        ("i -> (select(i, 0),)", "E300", "`select` with 2 arguments is not allowed in an expression", 6),
         ("i -> (*i,)", "E300", "a starred element is not allowed in an expression", 6),
         ("i -> ", "E300", "invalid expression: invalid syntax", 5),
     ],
