@@ -92,7 +92,9 @@ def test_library_derived_cases_are_pinned():
         ("derived:steps3_M", {"M": 192, "N": 320, "K": 256}, "ragged_n", ()),
         ("derived:steps1_N", {"M": 200, "N": 128, "K": 256}, "ragged_n", ()),
         ("derived:steps1_K", {"M": 200, "N": 320, "K": 128}, "ragged_n", ()),
-    ]  # no steps3_K: K = 384 (3 mosaic_tpu steps) makes triton's x block 384 wide, not a power of two (E711)
+        # K = 384: 3 mosaic_tpu steps; triton's 384-wide x block passes E711, as its body slices it in powers of two
+        ("derived:steps3_K", {"M": 200, "N": 320, "K": 384}, "ragged_n", ()),
+    ]
     spec = build_spec((REPO / "specs" / "dma_copy.yaml").read_text(), "specs/dma_copy.yaml")
     assert [(d.case.name, dict(d.case.dims)) for d in semantic.derived_cases(spec)] == [
         ("derived:steps2_M", {"M": 16, "N": 128}), ("derived:steps3_M", {"M": 24, "N": 128})]
@@ -120,7 +122,7 @@ def test_case_backends_skip_the_others_with_the_reason(tmp_path):
     compiled = [project.compile_spec(tmp_path / "specs" / "rows.yaml")]
     tasks, skipped = plan(compiled, backends=[], cases=["big"], seed=0, lower=False, platform="cpu")
     assert [(t.backend, t.case) for t in tasks] == [("mosaic_tpu", "big")]
-    assert [(r["backend"], r["message"]) for r in skipped] == [("interpret", "case `big` runs only on mosaic_tpu")]
+    assert [(r.backend, r.message) for r in skipped] == [("interpret", "case `big` runs only on mosaic_tpu")]
     bad = mutate(text, ("backends: [mosaic_tpu]", "backends: [triton]"))
     (tmp_path / "specs" / "rows.yaml").write_text(bad)
     rc, out, _ = invoke_kspec("check", "specs/rows.yaml", cwd=tmp_path)
