@@ -74,7 +74,8 @@ def test_mapped_dtypes_follow_the_input_and_out_dtype_overrides_them(kspec, writ
     report = tmp_path / "run.json"
     r = kspec("verify", "--json", report, timeout=300)
     assert r.rc == 0, r.out + r.err
-    rows = [(x["backend"], x["dtype"], x["status"]) for x in json.loads(report.read_text())["results"]]
+    rows = [(x["backend"], x["dtype"], x["status"]) for x in json.loads(report.read_text())["results"]
+            if not x["case"].startswith("derived:")]  # the declared cases' rows
     assert rows == [("interpret", "int8", "pass"), ("interpret", "float32", "pass"),
                     ("mosaic_tpu", "int8", "pass"), ("mosaic_tpu", "float32", "pass")]
     run = subprocess.run([sys.executable, "-c", CALLS], cwd=tmp_path, capture_output=True, text=True, timeout=300)

@@ -57,7 +57,8 @@ def test_smem_scratch_is_set_before_the_body_at_every_step(kspec, write_spec, tm
     report = tmp_path / "run.json"
     r = kspec("verify", "--json", report, timeout=300)
     assert r.rc == 0, r.out + r.err
-    rows = [(x["backend"], x["status"]) for x in json.loads(report.read_text())["results"]]
+    rows = [(x["backend"], x["status"]) for x in json.loads(report.read_text())["results"]
+            if not x["case"].startswith("derived:")]  # the declared cases' rows
     assert rows == [("interpret", "pass"), ("mosaic_tpu", "pass")]
 
 
