@@ -101,7 +101,7 @@ def test_killing_verify_leaves_no_process(sig, tmp_path):
 def test_a_process_a_task_starts_does_not_hold_standard_output(tmp_path):
     """$(kspec verify) returns when verify does, not when the task's grandchild would."""
     project = _project(tmp_path, "import subprocess\nsubprocess.Popen(['sleep', '300'])\nreturn x * 2")
-    proc = subprocess.Popen([*KSPEC, "verify", "--backend", "interpret"], cwd=project, start_new_session=True,
+    proc = subprocess.Popen([*KSPEC, "verify", "--backend", "interpret", "--case", "c"], cwd=project, start_new_session=True,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=dict(os.environ, PYTHONPATH=str(REPO)))
     out, err = proc.communicate(timeout=240)  # would wait for the sleep if it held the pipe
     assert proc.returncode == 0, out.decode() + err.decode()
@@ -117,8 +117,8 @@ def test_a_task_that_writes_to_inherited_descriptors_is_one_error(tmp_path):
                                  "    except OSError:\n"
                                  "        pass\n"
                                  "return x * 2")
-    r = subprocess.run([*KSPEC, "verify", "--backend", "interpret"], cwd=project, capture_output=True, text=True,
-                       timeout=240, start_new_session=True, env=dict(os.environ, PYTHONPATH=str(REPO)))
+    r = subprocess.run([*KSPEC, "verify", "--backend", "interpret", "--case", "c"], cwd=project, capture_output=True,
+                       text=True, timeout=240, start_new_session=True, env=dict(os.environ, PYTHONPATH=str(REPO)))
     assert r.returncode == 1, r.stdout + r.stderr
     assert "Traceback" not in r.stdout + r.stderr
     assert r.stdout.splitlines()[-1] == "0 passed, 0 failed, 1 errors, 0 skipped"

@@ -25,7 +25,7 @@ def test_init_makes_a_project_that_checks_generates_and_verifies(tmp_path, kspec
     assert kspec("generate").rc == 0
     assert kspec("generate", "--check").rc == 0
     r = kspec("verify", "--backend", "interpret", timeout=300)
-    assert r.rc == 0 and r.out.splitlines()[-1] == "3 passed, 0 failed, 0 errors, 0 skipped", r.both
+    assert r.rc == 0 and r.out.splitlines()[-1] == "6 passed, 0 failed, 0 errors, 0 skipped", r.both
     run = subprocess.run([sys.executable, "-c", "import numpy as np; from generated.scale_rows import scale_rows; "
                           "x = np.ones((40, 128), np.float32); w = np.arange(40, dtype=np.float32)[:, None]; "
                           "assert np.allclose(scale_rows(x, w), x * w)"], cwd=tmp_path, capture_output=True, text=True)

@@ -214,7 +214,7 @@ def test_lower_names_a_tpu_chip_so_that_1d_blocks_lower_off_a_tpu(tmp_path):
     report = tmp_path / "lower.json"
     rc, out, err = kspec("verify", "--lower", "--backend", "mosaic_tpu", "--json", report, cwd=tmp_path)
     assert rc == 0, out + err
-    rows = results(report)
+    rows = [r for r in results(report) if not r["case"].startswith("derived:")]  # the declared cases' rows
     assert [(r["case"], r["dtype"], r["mode"], r["status"]) for r in rows] == [
         ("even", "float32", "lower", "pass"), ("even", "bfloat16", "lower", "pass"), ("ragged", "float32", "lower", "pass"),
     ]
