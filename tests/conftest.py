@@ -261,3 +261,11 @@ def instance(spec, backend: str = "interpret", case: int = 0, dtypes: dict | Non
     chosen = spec.cases[case]
     dtypes = dtypes or next(iter(instances.dtype_assignments(spec, chosen)))
     return instances.instantiate(spec, spec.variants[backend], chosen, dtypes)
+
+
+def declared(rows) -> list:
+    """The result rows of the cases a spec declares: those verify derives (codegen/checks/derive.py)
+    left out, for tests that pin a run's rows."""
+    from kspec.codegen.checks.derive import PREFIX
+
+    return [r for r in rows if not r["case"].startswith(PREFIX)]

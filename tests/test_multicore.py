@@ -5,6 +5,7 @@ grid axes involved."""
 
 from __future__ import annotations
 
+from conftest import declared
 from test_verify import PLANTED, kspec, project, results
 
 from kspec.codegen.run import multicore
@@ -74,7 +75,7 @@ def test_schedule_dependent_kernels_fail_naming_schedules_element_block_and_axes
     rc, out, err = kspec("verify", "--seed", "7", "--json", report, cwd=proj)
     assert rc == 1, out + err
     everything = results(report)
-    rows = {r["kernel"]: r for r in everything if not r["case"].startswith("derived:")}
+    rows = {r["kernel"]: r for r in declared(everything)}
     assert set(rows) == set(BUGS)
     assert all(r["schedules"] == SCHEDULES and r["status"] == "fail" for r in rows.values())
     assert rows["scatter_rows"]["message"] == SCATTER_ROWS

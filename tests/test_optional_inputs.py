@@ -10,7 +10,7 @@ import sys
 import textwrap
 
 import pytest
-from conftest import invoke_kspec, mutate
+from conftest import declared, invoke_kspec, mutate
 
 # o = x + bias, the bias optional: the prologue passes the kernel a row of zeros in its place.
 BIASED = """\
@@ -53,8 +53,7 @@ def _verify(tmp_path) -> set:
     assert invoke_kspec("generate", cwd=tmp_path).rc == 0
     report = tmp_path / "r.json"
     invoke_kspec("verify", "--backend", "interpret", "--seed", "4", "--json", report, cwd=tmp_path, timeout=600)
-    return {(x["case"], x["dtype"], x["status"]) for x in json.loads(report.read_text())["results"]
-            if not x["case"].startswith("derived:")}  # the declared cases' rows
+    return {(x["case"], x["dtype"], x["status"]) for x in declared(json.loads(report.read_text())["results"])}
 
 
 def test_each_variant_verifies_and_the_absent_one_gets_none(tmp_path):

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from kspec.codegen import project as pipeline
+from kspec.codegen.checks.derive import PREFIX
 from kspec.codegen.emit import render
 from conftest import VALID_SPEC, mutate
 
@@ -417,7 +418,7 @@ def test_shipped_surface_specs_verify_and_lower(tmp_path):
         assert {(kernel, "interpret"), (kernel, "mosaic_tpu")} <= ran
     # mosaic_tpu ran under the default multi-core sweep: both DMA modes, 1 and 2 cores, bitwise alike
     sweeps = {tuple((s["dma_execution_mode"], s["cores"]) for s in x["schedules"]) for x in rows
-              if x["backend"] == "mosaic_tpu" and x["status"] != "skip" and not x["case"].startswith("derived:")}
+              if x["backend"] == "mosaic_tpu" and x["status"] != "skip" and not x["case"].startswith(PREFIX)}
     assert sweeps == {(("on_wait", 2), ("eager", 1), ("eager", 2), ("on_wait", 1))}
     r = invoke_kspec("verify", "--lower", *SURFACE_SPECS, "--seed", "3", cwd=ROOT, timeout=300)
     assert r.rc == 0, r.both[-3000:]

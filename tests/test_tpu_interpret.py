@@ -5,6 +5,7 @@ failures that name the semaphore and the grid point, not as timeouts."""
 from __future__ import annotations
 
 from test_multicore import _place
+from conftest import declared
 from test_verify import PLANTED, kspec, project, results
 
 from kspec.codegen.run import deadlock, pool
@@ -43,7 +44,7 @@ def test_bf16_dot_without_f32_result_fails_in_tpu_interpret_mode_only(tmp_path):
     report = tmp_path / "r.json"
     rc, out, err = kspec("verify", "--seed", "3", "--schedules", "2", "--json", report, cwd=proj)
     assert rc == 1, out + err
-    rows = {(r["kernel"], r["backend"]): r for r in results(report) if not r["case"].startswith("derived:")}
+    rows = {(r["kernel"], r["backend"]): r for r in declared(results(report))}
     assert {k: r["status"] for k, r in rows.items()} == {
         ("matmul_bf16_f32_partials", "interpret"): "pass",
         ("matmul_bf16_f32_partials", "mosaic_tpu"): "pass",
@@ -66,7 +67,7 @@ def test_deadlocked_dma_waits_fail_naming_the_semaphore_and_the_grid_point(tmp_p
     # a timeout that is never reached: each deadlock is found within a few polls
     rc, out, err = kspec("verify", "--seed", "7", "--timeout", "120", "--json", report, cwd=proj)
     assert rc == 1, out + err
-    rows = {r["kernel"]: r for r in results(report) if not r["case"].startswith("derived:")}
+    rows = {r["kernel"]: r for r in declared(results(report))}
     assert {k: r["status"] for k, r in rows.items()} == dict.fromkeys(bugs, "fail")
     generated = proj / "generated"
     wait = _place(generated / bugs[0] / "mosaic_tpu.py", "copy.wait()")

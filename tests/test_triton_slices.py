@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 
-from conftest import mutate
+from conftest import declared, mutate
 
 SLICES_SPEC = """\
 kspec: 1
@@ -53,8 +53,7 @@ E711 = e711((13, "x"), (14, "o"))
 
 
 def _rows(report) -> list:
-    return [(r["backend"], r["mode"], r["case"], r["status"]) for r in json.loads(report.read_text())["results"]
-            if not r["case"].startswith("derived:")]  # the declared cases' rows
+    return [(r["backend"], r["mode"], r["case"], r["status"]) for r in declared(json.loads(report.read_text())["results"])]
 
 
 def test_a_block_the_body_only_slices_by_powers_of_two_lowers_for_cuda_and_runs(kspec, write_spec, tmp_path):

@@ -8,7 +8,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
-from conftest import invoke_kspec, run_kspec
+from conftest import declared, invoke_kspec, run_kspec
 
 ROOT = Path(__file__).resolve().parent.parent
 PLANTED = Path(__file__).resolve().parent / "planted"
@@ -109,10 +109,10 @@ def test_planted_bugs_all_fail(tmp_path):
     assert rc == 1, out + err
     rows = results(report)
     assert {r["kernel"] for r in rows} == set(bugs)
-    declared = [r for r in rows if not r["case"].startswith("derived:")]
-    assert all(r["status"] == "fail" for r in declared), declared  # some derived shapes miss a bug (one row block)
+    declared_rows = declared(rows)
+    assert all(r["status"] == "fail" for r in declared_rows), declared_rows  # some derived shapes miss a bug (one row block)
     failed = [r for r in rows if r["status"] == "fail"]
-    by_kernel = {r["kernel"]: r["message"] for r in declared if r["backend"] == "interpret"}
+    by_kernel = {r["kernel"]: r["message"] for r in declared_rows if r["backend"] == "interpret"}
     assert "elements outside tolerance" in by_kernel["off_by_one"]
     assert "are NaN/Inf where the reference is finite" in by_kernel["uninit_acc"]
     assert "are NaN/Inf where the reference is finite" in by_kernel["unwritten"]
@@ -214,7 +214,7 @@ def test_lower_names_a_tpu_chip_so_that_1d_blocks_lower_off_a_tpu(tmp_path):
     report = tmp_path / "lower.json"
     rc, out, err = kspec("verify", "--lower", "--backend", "mosaic_tpu", "--json", report, cwd=tmp_path)
     assert rc == 0, out + err
-    rows = [r for r in results(report) if not r["case"].startswith("derived:")]  # the declared cases' rows
+    rows = declared(results(report))
     assert [(r["case"], r["dtype"], r["mode"], r["status"]) for r in rows] == [
         ("even", "float32", "lower", "pass"), ("even", "bfloat16", "lower", "pass"), ("ragged", "float32", "lower", "pass"),
     ]

@@ -12,7 +12,7 @@ from kspec.codegen.spec.expr import Expr
 
 def reference(sig: Signature) -> dict:
     """reference.py: the reference and the competitors, as the spec writes them."""
-    base = next(iter(sig.spec.variants.values()))
+    base = sig.reference_variant
     competitors = [
         {"name": c.name, "doc": c.doc or f"The `{c.name}` competitor.", "platforms": c.platforms,
          "platforms_repr": repr(tuple(c.platforms)),
@@ -113,7 +113,7 @@ def init(sig: Signature, spec_path: str) -> dict:
         vjp_reference_forward=(spec.vjp is not None and not any(o.residual for o in spec.outputs)
                                and not out_dtype_outputs(spec)),
         out_dtype=_out_dtype_returned(spec),
-        reference_params=tuple_src(repr(p.name) for p in next(iter(spec.variants.values())).params),
+        reference_params=sig.reference_params,
     )
 
 

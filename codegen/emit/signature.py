@@ -73,6 +73,16 @@ class Signature:
             dims_tuple=self.dims_tuple,
         )
 
+    @property
+    def reference_variant(self) -> Variant:
+        """The variant whose params the reference takes (the spec's first backend: the spec's own params)."""
+        return next(iter(self.spec.variants.values()))
+
+    @property
+    def reference_params(self) -> str:
+        """The names of the params the reference takes, as a tuple literal."""
+        return tuple_src(repr(p.name) for p in self.reference_variant.params)
+
     def params(self, variant: Variant) -> list:
         return [
             {"name": p.name, "default": p.default.shown if isinstance(p.default, Expr) else literal(p.default), "doc": p.doc}

@@ -59,8 +59,8 @@ def vjp(sig: Signature, linked: tuple) -> dict:
         passed_on=literal({b: {f: v.param_defaults[f] for f in passed} for b, v in spec.variants.items()}),
         # With no residual outputs, the reference can stand in for the forward kernel (backward kernels kept).
         reference_forward=not any(o.residual for o in spec.outputs),
-        reference_params=tuple_src(repr(p.name) for p in next(iter(spec.variants.values())).params),
-        reference_passed=literal({f: next(iter(spec.variants.values())).param_defaults[f] for f in passed}),
+        reference_params=sig.reference_params,
+        reference_passed=literal({f: sig.reference_variant.param_defaults[f] for f in passed}),
         returns=tuple_src(grads.get(name, "None") for name in sig.inputs),
         sums=any(g.reduce for e in vjp.backward for g in e.grads),
     )
