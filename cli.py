@@ -491,6 +491,13 @@ def tune(
     timeout: float = typer.Option(1800.0, "--timeout", callback=_seconds, help="Seconds allowed per config batch."),
     sweep: bool = typer.Option(False, "--sweep", help="Tune every shape of the specs' families instead of the bench cases (resumable: what is recorded is skipped); bound it with --budget-seconds."),
     family: Optional[List[str]] = typer.Option(None, "--family", help="With --sweep: only these families (repeatable)."),
+    grad: bool = typer.Option(
+        False, "--grad",
+        help="Search nothing: time the forward and backward pass together as backend=\"auto\" runs them (the tuned "
+             "forward config, the backward kernels) against XLA's autodiff of the reference, round by round, per shape "
+             "bucket, and record it. Where it is slower, the generated package differentiates the reference there. "
+             "For specs with `vjp:` and `dispatch: {reference_when_faster: true}` (resumable: what is recorded is skipped).",
+    ),
 ) -> None:
     """Search each spec's param choices for the fastest correct config; results go to tuning/."""
     import time
@@ -499,7 +506,8 @@ def tune(
 
     from kspec.codegen.checks import instances
     from kspec.codegen import tune as tn
-    from kspec.codegen.tune.case import CaseJob, tune_case
+    from kspec.codegen.emit.signature import Signature
+    from kspec.codegen.tune.case import CaseJob, tune_case, tune_grad
 
     if strategy not in tn.STRATEGIES:
         typer.echo("error: --strategy must be exhaustive, random or guided", err=True)
@@ -525,8 +533,13 @@ def tune(
                 suite, chosen = "sweep", spec.sweep
             else:
                 suite, chosen = ("bench", spec.bench) if spec.bench else ("cases", spec.cases)
+            gradient_sha = pipeline.gradient_sha(spec, r.backward) if grad else None
+            if grad and (gradient_sha is None or not Signature(spec).reference_gradient):
+                typer.echo(f"{spec.name}: skipped: --grad tunes specs with `vjp:` whose reference can stand in for the "
+                           "forward pass and whose `dispatch` sets reference_when_faster")
+                continue
             for name, variant in spec.variants.items():
-                if not _tuned_here(name, backend, info["platform"]) or not any(p.choices for p in variant.params):
+                if not _tuned_here(name, backend, info["platform"]) or not (grad or any(p.choices for p in variant.params)):
                     continue
                 for i, c in enumerate(chosen):
                     if case and c.name not in case:
@@ -539,8 +552,11 @@ def tune(
                             raise typer.Exit(1 if failed else 0)
                         job = CaseJob(spec, variant, i, c, assign, suite, str(out_root), info["device"],
                                       info["jax_version"], strategy, budget_trials, samples, seed, sustained)
-                        failed |= tune_case(job, store, done, functools.partial(_stream_with_progress, session),
-                                            typer.echo)
+                        if grad:
+                            failed |= tune_grad(job, store, gradient_sha, session.stream, typer.echo)
+                        else:
+                            failed |= tune_case(job, store, done, functools.partial(_stream_with_progress, session),
+                                                typer.echo)
     finally:
         session.close()
     typer.echo("run `kspec generate` to embed the tuned configs in generated/")

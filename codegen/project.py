@@ -56,7 +56,7 @@ def compile_spec(path: Path, memo: dict | None = None, _stack: tuple = ()) -> Co
         if spec.vjp is not None:
             backward, found = _link(path, spec, not any(d.severity == "error" for d in diags), memo, _stack + (key,))
             diags = sorted(diags + found, key=lambda d: (d.loc, d.code))
-        diags = diags + stale_tuning(spec, path)
+        diags = diags + stale_tuning(spec, path, backward)
         if any(d.severity == "error" for d in diags):  # W902 speaks of the cases of a valid spec
             diags = [d for d in diags if d.code != "W902"]
         compiled = Compiled(path, text, spec, diags, backward)
@@ -126,16 +126,25 @@ def closure(results: list) -> list:
     return out
 
 
-def stale_tuning(spec: model.KernelSpec, path: Path) -> list:
+def gradient_sha(spec: model.KernelSpec, backward: tuple) -> str | None:
+    """The hash `kspec tune --grad` records its entries for (tuning.grad_sha): the kernel's and its
+    backward kernels'; None without a `vjp:` whose backward specs all built."""
+    if spec.vjp is None or len(backward) != len(spec.vjp.backward) or any(b.spec is None for b in backward):
+        return None
+    return tuning.grad_sha(spec.kernel_sha, [b.spec.kernel_sha for b in backward])
+
+
+def stale_tuning(spec: model.KernelSpec, path: Path, backward: tuple = ()) -> list:
     """The spec's tuning files checked: each must be valid (E110, E120 to E122), and entries
-    recorded against another version of the kernel are a warning (W900)."""
+    recorded against another version of the kernel (or, for `kspec tune --grad`'s, of its backward
+    kernels: `backward`, the Compiled backward specs) are a warning (W900)."""
     root = tuning_dir(out_root_for(path))
     tables, out = tuning.tables(relative(root), spec.name)
     tunable = {b: {p.name for p in v.params if p.choices} for b, v in spec.variants.items()}
     for device_kind, entries in tables.items():
         where = relative(root) / spec.name / tuning.file_name(device_kind)
         out += tuning.untuned_params(where, {"entries": entries}, tunable, spec.kernel_sha)
-        old = tuning.stale(entries, spec.kernel_sha)
+        old = tuning.stale(entries, spec.kernel_sha, gradient_sha(spec, backward))
         if old:
             out.append(
                 Diagnostic(

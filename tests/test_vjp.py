@@ -388,3 +388,76 @@ def test_under_auto_a_forward_on_the_reference_keeps_its_backward_kernels(tmp_pa
               float(jnp.abs(grad(x) - 2 * x).max()))
     """)
     assert out.split() == ["False", "True", "0.0"]
+
+
+def _sq_project(tmp_path) -> tuple:
+    """sq (forward, reference_when_faster) and its backward kernel sq_dx, with a bench case; the
+    hash `kspec tune --grad` records its entries for."""
+    from conftest import build_spec
+
+    from kspec.codegen.spec import tuning
+
+    forward = _elementwise("sq", ["x"], ["o"], "o_ref[...] = x_ref[...] * x_ref[...]", "return x * x",
+                           _vjp("sq_dx", "x: x, g: grad(o)", "dx: x", "x")) + \
+        "dispatch: {reference_when_faster: true}\nbench: [{name: b, M: 16, N: 128}]\n"
+    backward = _elementwise("sq_dx", ["x", "g"], ["dx"], "dx_ref[...] = 2 * x_ref[...] * g_ref[...]", "return 2 * x * g")
+    (tmp_path / "specs").mkdir()
+    (tmp_path / "specs" / "sq.yaml").write_text(forward)
+    (tmp_path / "specs" / "sq_dx.yaml").write_text(backward)
+    return tuning.grad_sha(build_spec(forward).kernel_sha, [build_spec(backward).kernel_sha])
+
+
+def test_under_auto_jax_grad_differentiates_the_reference_where_tune_grad_measured_the_kernels_slower(tmp_path):
+    """A `kspec tune --grad` entry below 1x at a bucket: there backend="auto" runs the forward kernel
+    for a call without a derivative, and jax.grad differentiates the reference (no pallas_call at
+    all). A backend named explicitly keeps its backward kernel; a grad entry for another version of
+    the kernels is stale (W900) and not embedded."""
+    sha = _sq_project(tmp_path)
+    kind = jax.devices()[0].device_kind
+    entry = {"backend": "interpret", "bucket": [16, 128], "case": "b", "dtype": "float32", "fixed": {"bm": 8},
+             "jax_version": jax.__version__, "kernel_sha": sha, "load": "grad", "message": "", "ms": 2.0,
+             "params": {}, "ref_ms": 1.0, "speedup": 0.5, "speedup_ci95": [0.45, 0.55], "status": "pass"}
+    folder = tmp_path / "tuning" / "sq"
+    folder.mkdir(parents=True)
+    (folder / f"{kind}.json").write_text(json.dumps({"kernel": "sq", "device_kind": kind, "entries": [entry]}))
+    r = invoke_kspec("generate", cwd=tmp_path)
+    assert r.rc == 0 and "W900" not in r.both, r.both
+    out = _python(tmp_path, """
+        import jax, jax.numpy as jnp
+        from generated.sq import sq
+        from generated.sq import _tuning
+        x = jnp.linspace(-1.0, 1.0, 16 * 128).reshape(16, 128)
+        grad = jax.grad(lambda x: jnp.sum(sq(x)))
+        named = jax.grad(lambda x: jnp.sum(sq(x, backend="interpret")))
+        print(len(_tuning.GRAD_SLOWER), "pallas_call" in str(jax.make_jaxpr(sq)(x)),
+              "pallas_call" in str(jax.make_jaxpr(grad)(x)), "pallas_call" in str(jax.make_jaxpr(named)(x)),
+              float(jnp.abs(grad(x) - 2 * x).max()))
+    """)
+    assert out.split() == ["1", "True", "False", "True", "0.0"]
+    (folder / f"{kind}.json").write_text(json.dumps(
+        {"kernel": "sq", "device_kind": kind, "entries": [dict(entry, kernel_sha="0" * 64)]}))
+    r = invoke_kspec("generate", cwd=tmp_path)
+    assert r.rc == 0, r.both
+    assert f"warning[W900]: 1 of 1 tuning entries for {kind} were recorded for another version of the kernel" in r.both
+    assert "GRAD_SLOWER = {\n}" in (tmp_path / "generated" / "sq" / "_tuning.py").read_text()
+
+
+def test_tune_grad_records_the_forward_and_backward_pass_against_the_references_autodiff(tmp_path):
+    """`kspec tune --grad` times the bench case's forward and backward pass and appends one `load:
+    grad` entry per backend, case and dtype, for the hash of the kernel and its backward kernels;
+    a rerun skips what is recorded."""
+    sha = _sq_project(tmp_path)
+    assert invoke_kspec("generate", cwd=tmp_path).rc == 0
+    r = invoke_kspec("tune", "--grad", "--samples", "3", "--seed", "1", cwd=tmp_path, timeout=600)
+    assert r.rc == 0, r.both[-3000:]
+    assert "sq_dx: skipped: --grad tunes specs with `vjp:`" in r.both
+    assert re.search(r"sq\[interpret\] b float32: forward and backward [0-9.]+x the reference's autodiff", r.both), r.both
+    kind = jax.devices()[0].device_kind
+    doc = json.loads((tmp_path / "tuning" / "sq" / f"{kind.replace(' ', '_')}.json").read_text())
+    (entry,) = doc["entries"]
+    assert (entry["load"], entry["kernel_sha"], entry["status"], entry["bucket"], entry["case"]) == \
+        ("grad", sha, "pass", [16, 128], "b")
+    assert entry["speedup"] > 0 and entry["ref_ms"] > 0
+    r = invoke_kspec("tune", "--grad", "--samples", "3", "--seed", "1", cwd=tmp_path, timeout=600)
+    assert r.rc == 0 and "sq[interpret] b float32: recorded already" in r.both, r.both
+    assert len(json.loads((tmp_path / "tuning" / "sq" / f"{kind.replace(' ', '_')}.json").read_text())["entries"]) == 1

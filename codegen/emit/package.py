@@ -23,12 +23,14 @@ def reference(sig: Signature) -> dict:
                 mesh_sizes=list(sig.spec.mesh_sizes.items()), competitors=competitors)
 
 
-def tuning(sig: Signature, tuned: dict) -> dict:
+def tuning(sig: Signature, tuned: dict, linked: tuple = ()) -> dict:
     """_tuning.py: the fastest config per device, backend, dtype and shape bucket in `tuned`
-    ({device kind: tuning entries}), and each backend's defaults."""
+    ({device kind: tuning entries}), and each backend's defaults. `linked`: the backward
+    KernelSpecs of the spec's `vjp:`, whose hashes `kspec tune --grad`'s entries are recorded for."""
     from kspec.codegen.spec import tuning as tg
 
-    table, slower = [], []
+    table, slower, grad_slower = [], [], []
+    gradient_sha = tg.grad_sha(sig.spec.kernel_sha, [b.kernel_sha for b in linked]) if sig.reference_gradient else None
     choices = tg.choices_of(sig.spec.variants)
     for device_kind, entries in sorted(tuned.items()):
         for (backend, dtype, bucket, fixed), params in tg.best(entries, sig.spec.kernel_sha, choices).items():
@@ -38,6 +40,10 @@ def tuning(sig: Signature, tuned: dict) -> dict:
             for (backend, dtype, bucket, fixed), x in tg.slower(entries, sig.spec.kernel_sha, choices).items():
                 if backend in sig.spec.variants:
                     slower.append((literal((device_kind, backend, dtype, bucket, fixed)), literal(x)))
+        if gradient_sha is not None:
+            for (backend, dtype, bucket, fixed), x in tg.grad_slower(entries, gradient_sha).items():
+                if backend in sig.spec.variants:
+                    grad_slower.append((literal((device_kind, backend, dtype, bucket, fixed)), literal(x)))
     defaults = [
         (b, "{" + ", ".join(f"{p.name!r}: {p.default.render() if isinstance(p.default, Expr) else literal(p.default)}"
                             for p in v.params if p.resolved) + "}")
@@ -50,6 +56,7 @@ def tuning(sig: Signature, tuned: dict) -> dict:
     return dict(
         sig.common(), table=table, defaults=defaults, constraint_params=constraint_params,
         constraints=constraints, slower=slower, reference_when_faster=sig.spec.reference_when_faster,
+        grad_slower=grad_slower, reference_gradient=sig.reference_gradient,
         dims_args=", ".join(sig.spec.dims),
     )
 
@@ -86,6 +93,7 @@ def dispatch(sig: Signature) -> dict:
         params=params,
         params_dict="{" + ", ".join(f'"{p}": {p}' for p in params) + "}",
         slower=spec.reference_when_faster,
+        reference_gradient=sig.reference_gradient,
     )
 
 
@@ -110,8 +118,8 @@ def init(sig: Signature, spec_path: str) -> dict:
         params=params,
         params_dict="{" + ", ".join(f'"{p}": {p}' for p in params) + "}",
         vjp=spec.vjp is not None,
-        vjp_reference_forward=(spec.vjp is not None and not any(o.residual for o in spec.outputs)
-                               and not out_dtype_outputs(spec)),
+        vjp_reference_forward=sig.reference_forward,
+        reference_gradient=sig.reference_gradient,
         out_dtype=_out_dtype_returned(spec),
         reference_params=sig.reference_params,
     )

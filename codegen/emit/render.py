@@ -69,7 +69,7 @@ def render(spec: KernelSpec, spec_path: str, tuned: dict | None = None, linked: 
     sig = Signature(spec, package)
     env = _env()
     files = {
-        "_tuning.py": env.get_template("tuning.py.j2").render(pkg.tuning(sig, tuned or {})),
+        "_tuning.py": env.get_template("tuning.py.j2").render(pkg.tuning(sig, tuned or {}, linked)),
         "__init__.py": env.get_template("package.py.j2").render(pkg.init(sig, spec_path)),
         "_signature.py": env.get_template("signature.py.j2").render(sig.signature()),
         "reference.py": env.get_template("reference.py.j2").render(pkg.reference(sig)),

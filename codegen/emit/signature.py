@@ -4,7 +4,7 @@ signature is spelled."""
 
 from __future__ import annotations
 
-from kspec.codegen.emit.source import jnp_dtype, literal, tuple_src
+from kspec.codegen.emit.source import jnp_dtype, literal, out_dtype_outputs, tuple_src
 from kspec.codegen.spec.expr import Expr
 from kspec.codegen.spec.model import KernelSpec, Variant
 
@@ -77,6 +77,19 @@ class Signature:
     def reference_variant(self) -> Variant:
         """The variant whose params the reference takes (the spec's first backend: the spec's own params)."""
         return next(iter(self.spec.variants.values()))
+
+    @property
+    def reference_forward(self) -> bool:
+        """Whether the reference can stand in for the forward kernel under autodiff: a `vjp:`, no
+        residual outputs (the reference does not write them) and no dtype maps (out_dtype)."""
+        spec = self.spec
+        return spec.vjp is not None and not any(o.residual for o in spec.outputs) and not out_dtype_outputs(spec)
+
+    @property
+    def reference_gradient(self) -> bool:
+        """Whether backend="auto" may differentiate the reference instead of running the backward
+        kernels, where `kspec tune --grad` measured them slower (dispatch.reference_when_faster)."""
+        return self.spec.reference_when_faster and self.reference_forward
 
     @property
     def reference_params(self) -> str:

@@ -58,7 +58,8 @@ def vjp(sig: Signature, linked: tuple) -> dict:
         passed=passed,
         passed_on=literal({b: {f: v.param_defaults[f] for f in passed} for b, v in spec.variants.items()}),
         # With no residual outputs, the reference can stand in for the forward kernel (backward kernels kept).
-        reference_forward=not any(o.residual for o in spec.outputs),
+        reference_forward=sig.reference_forward,
+        reference_gradient=sig.reference_gradient,
         reference_params=sig.reference_params,
         reference_passed=literal({f: sig.reference_variant.param_defaults[f] for f in passed}),
         returns=tuple_src(grads.get(name, "None") for name in sig.inputs),

@@ -68,13 +68,19 @@ def _compile(fn, args) -> tuple:
     return compiled, time.perf_counter() - start
 
 
-def passed_over(task, prep) -> str | None:
+def passed_over(task, prep, grad: bool = False) -> str | None:
     """Why backend="auto" would not run this backend at this shape (the package's _dispatch.py
-    says, before tracing), or None. A sweep times what auto runs: here, the reference."""
+    says, before tracing), or None. A sweep times what auto runs: here, the reference. `grad`:
+    why auto would differentiate the reference instead of running the backward kernels."""
     import importlib
 
     package = importlib.import_module(prep.fn.__module__.rsplit(".", 1)[0])
     given = {k: v for k, v in prep.case.params.items()}
+    if grad:
+        vjp = getattr(package, "_vjp", None)
+        if vjp is None or not hasattr(vjp, "reference_gradient"):
+            return None
+        return package._dispatch.slower(task.backend, *prep.inputs, **given, grad=True)
     why = package._dispatch.why_not(task.backend, *prep.inputs, **given)
     if why is None and hasattr(package._dispatch, "slower"):  # dispatch.reference_when_faster
         why = package._dispatch.slower(task.backend, *prep.inputs, **given)
@@ -90,17 +96,21 @@ def bench(task, prep, check_outputs, vjp_module=None) -> Result:
 
     start = time.monotonic()
     forward_on_reference = None  # a grad sweep where auto runs the reference's forward pass: why
+    grad_on_reference = None  # a grad sweep where auto differentiates the reference: why
     if task.suite == "sweep":
         why = passed_over(task, prep)
         if why is not None and task.grad and hasattr(vjp_module, "REFERENCE_PARAMS"):
             forward_on_reference = why  # the backward kernels still run (the package's _vjp.py)
         elif why is not None:
             return result(task, Status.SKIP, f"auto runs the reference here: {why}", fallback=True)
+        elif task.grad and not task.grad_kernels:
+            grad_on_reference = passed_over(task, prep, grad=True)
     prep = prep.with_params(tuned_params(task, prep))
     kernel = functools.partial(prep.fn, **prep.params)
     reference = functools.partial(prep.ref_fn, **prep.ref_params)
     if task.grad:
-        verdict, kernel, reference, found = _grad_calls(task, prep, vjp_module, start, forward_on_reference is not None)
+        verdict, kernel, reference, found = _grad_calls(task, prep, vjp_module, start, forward_on_reference is not None,
+                                                        grad_on_reference is not None)
         outs, extra = (), list(found.cotangents)
     else:
         outs = jax.block_until_ready(kernel(*prep.inputs))
@@ -208,6 +218,8 @@ def bench(task, prep, check_outputs, vjp_module=None) -> Result:
         verdict = verdict.updated(status=Status.FAIL, message="; ".join(too_slow))
     elif forward_on_reference is not None:
         verdict = verdict.updated(message=f"forward pass on the reference, as auto runs it here: {forward_on_reference}")
+    elif grad_on_reference is not None:
+        verdict = verdict.updated(message=f"the reference's autodiff, as auto runs it here: {grad_on_reference}")
     return verdict.updated(seconds=round(time.monotonic() - start, 3), **figures)
 
 
@@ -236,12 +248,14 @@ def _fwd_bwd(fn, wrt: list, n_inputs: int):
     return both
 
 
-def _grad_calls(task, prep, vjp_module, start: float, forward_on_reference: bool = False) -> tuple:
+def _grad_calls(task, prep, vjp_module, start: float, forward_on_reference: bool = False,
+                grad_on_reference: bool = False) -> tuple:
     """(verdict, kernel, reference, gradients) for a grad bench task: the gradients checked as
     `kspec verify`'s grad rows check them (codegen/run/grad.py), then the kernel's custom_vjp and
     the reference's autodiff as functions of (inputs..., cotangents...). The cotangents are the
     check's seeded random numbers, the same for every input set. `forward_on_reference`: the
-    reference runs the forward pass, as backend="auto" does at this shape."""
+    reference runs the forward pass, as backend="auto" does at this shape; `grad_on_reference`:
+    jax differentiates the reference (the package's _vjp.reference_gradient), as auto does."""
     from kspec.codegen.run import grad as gradrun
 
     # A sweep times what backend="auto" runs: each backward kernel is chosen by its own dispatch,
@@ -249,6 +263,8 @@ def _grad_calls(task, prep, vjp_module, start: float, forward_on_reference: bool
     if forward_on_reference:
         params = tuple(sorted((k, v) for k, v in prep.params.items() if k in vjp_module.REFERENCE_PARAMS))
         fn = vjp_module.differentiable(None, params, auto=True)
+    elif grad_on_reference:
+        fn = vjp_module.reference_gradient(task.backend, tuple(sorted(prep.params.items())))
     else:
         fn = vjp_module.differentiable(task.backend, tuple(sorted(prep.params.items())), auto=task.suite == "sweep")
     found = gradrun.gradients(task, prep, fn, start)

@@ -127,6 +127,7 @@ class BenchTask(_Named):
     samples: int  # timed samples
     ceilings: tuple = ()  # measured (bandwidth GB/s, bf16 TFLOP/s) to use as the roofline
     grad: bool = False  # time the forward and backward pass (jax.vjp) instead of the forward
+    grad_kernels: bool = False  # with grad: the backward kernels even where auto differentiates the reference
 
     @property
     def backward(self) -> bool:

@@ -79,10 +79,21 @@ def fixed(entry: dict) -> tuple:
     return tuple(sorted(entry.get("fixed", {}).items()))
 
 
+GRAD = "grad"
+
+
 def how_timed(entry: dict) -> str:
-    """How the entry was timed: "alone" (by itself, at the clocks it found) or "sustained"
-    (in alternation with the reference under load, `kspec tune --sustained`)."""
+    """How the entry was timed: "alone" (by itself, at the clocks it found), "sustained"
+    (in alternation with the reference under load, `kspec tune --sustained`) or "grad" (the
+    forward and backward pass together, against the reference's autodiff, `kspec tune --grad`:
+    its params are the forward's config, not a candidate)."""
     return entry.get("load", "alone")
+
+
+def grad_sha(forward_sha: str, backward_shas) -> str:
+    """The hash a grad entry is recorded for: the forward kernel's and its backward kernels'
+    (`vjp:` order), so that a change to any of them makes the entry stale."""
+    return hashlib.sha256(":".join([forward_sha, *backward_shas]).encode()).hexdigest()
 
 
 def cost(entry: dict):
@@ -90,7 +101,7 @@ def cost(entry: dict):
     to the reference in the same rounds (1 / speedup) when sustained; None for a failed entry."""
     if entry.get("status") != "pass" or entry.get("ms") is None:
         return None
-    if how_timed(entry) == "sustained":
+    if how_timed(entry) in ("sustained", GRAD):
         return 1.0 / entry["speedup"] if entry.get("speedup") else None
     return entry["ms"]
 
@@ -310,7 +321,7 @@ def best(entries: list, sha: str, choices: dict | None = None) -> dict:
     clocks that applications run at); times taken alone are not compared with them."""
     chosen: dict = {}
     for e in entries:
-        if not usable(e, sha, choices):
+        if not usable(e, sha, choices) or how_timed(e) == GRAD:
             continue
         k = (e["backend"], e["dtype"], tuple(e["bucket"]), fixed(e))
         rank = (how_timed(e) != "sustained", cost(e))
@@ -333,5 +344,18 @@ def slower(entries: list, sha: str, choices: dict | None = None) -> dict:
     return dict(sorted(out.items()))
 
 
-def stale(entries: list, sha: str) -> list:
-    return [e for e in entries if e.get("kernel_sha") != sha]
+def grad_slower(entries: list, sha: str) -> dict:
+    """{(backend, dtype, bucket, fixed): speedup} where `kspec tune --grad` measured the forward and
+    backward kernels together slower than the reference's autodiff (the last such entry per key,
+    for this version of the kernels: `sha` is `grad_sha`)."""
+    last = {}
+    for e in entries:
+        if how_timed(e) == GRAD and e.get("kernel_sha") == sha and cost(e) is not None:
+            last[(e["backend"], e["dtype"], tuple(e["bucket"]), fixed(e))] = e["speedup"]
+    return dict(sorted((k, round(float(x), 3)) for k, x in last.items() if x < 1.0))
+
+
+def stale(entries: list, sha: str, gradient_sha: str | None = None) -> list:
+    """The entries recorded for another version of the kernel (`sha`), or, for grad entries, of the
+    kernel and its backward kernels (`gradient_sha`)."""
+    return [e for e in entries if e.get("kernel_sha") != (gradient_sha if how_timed(e) == GRAD else sha)]

@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable
 
 from kspec.codegen import tune as tn
 from kspec.codegen.backends.devices import peak_for
-from kspec.codegen.run.tasks import Result, TuneTask
+from kspec.codegen.run.tasks import BenchTask, Result, TuneTask
 from kspec.codegen.spec import tuning as tg
 
 
@@ -124,3 +124,48 @@ def _report(job: CaseJob, store, base: dict, say) -> bool:
         versus = f", {default['ms'] / fastest['ms']:.2f}x the default's {default['ms']:.3f} ms" if default else ""
     say(f"  best {fastest['params']}: {figure}{versus} -> {store.path}")
     return False
+
+
+def grad_entry_base(job: CaseJob, gradient_sha: str) -> dict:
+    """What a `kspec tune --grad` entry is keyed by: the job's backend, bucket, dtype and untuned
+    params, the hash of the kernel and its backward kernels, and `load: grad`; its params are the
+    forward config that ran (recorded, not searched)."""
+    return dict(job.base(), kernel_sha=gradient_sha, load=tg.GRAD)
+
+
+def tune_grad(job: CaseJob, store, gradient_sha: str, run: Callable[[BenchTask], Iterable[Result]],
+              say: Callable[[str], None]) -> bool:
+    """Time one job's forward and backward pass as backend="auto" runs it, the backward kernels
+    included, against the reference's autodiff, round by round (a grad bench task), and record it:
+    where it is slower, `kspec generate` makes auto differentiate the reference at this bucket. A job
+    recorded already (any forward config) is skipped. Returns True if the measurement failed."""
+    base = grad_entry_base(job, gradient_sha)
+    recorded = [e for e in store.entries if all(e.get(k) == base[k] for k in
+                                                 ("backend", "bucket", "dtype", "kernel_sha", "load"))
+                and tg.fixed(e) == tg.fixed(base)]
+    shown = f"{job.spec.name}[{job.variant.backend}] {job.case.name} {job.label}"
+    if recorded:
+        say(f"{shown}: recorded already ({recorded[-1].get('speedup')}x the reference's autodiff)")
+        return False
+    task = BenchTask(spec_path=str(job.spec.path), kernel=job.spec.name, backend=job.variant.backend,
+                     case=job.case.name, case_index=job.index, dtypes=tuple(job.assign.items()),
+                     dtype_label=job.label, seed=job.seed, out_root=str(job.out_root), suite=job.suite,
+                     samples=job.samples, grad=True, grad_kernels=True)
+    failed = False
+    for row in run(task):
+        figures = row.extra
+        timed = row.passed and figures.get("speedup") is not None
+        tuned = {p.name for p in job.variant.params if p.choices}
+        entry = dict(base, params={k: v for k, v in (figures.get("params") or {}).items() if k in tuned},
+                     status=row.status.value, ms=figures.get("ms"),
+                     message=row.message.splitlines()[0] if row.message else "")
+        if timed:
+            entry.update(ref_ms=figures["ref_ms"], speedup=figures["speedup"], speedup_ci95=figures["speedup_ci95"])
+            lo, hi = figures["speedup_ci95"]
+            say(f"{shown}: forward and backward {figures['speedup']:.3f}x the reference's autodiff ({lo:.3f}-{hi:.3f})"
+                + ("; auto will differentiate the reference here" if figures["speedup"] < 1.0 else ""))
+        else:
+            say(f"{shown}: {row.status}: {entry['message']}")
+            failed |= not row.passed
+        store.append(entry)
+    return failed
