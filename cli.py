@@ -553,7 +553,7 @@ def tune(
                         job = CaseJob(spec, variant, i, c, assign, suite, str(out_root), info["device"],
                                       info["jax_version"], strategy, budget_trials, samples, seed, sustained)
                         if grad:
-                            failed |= tune_grad(job, store, gradient_sha, session.stream, typer.echo)
+                            failed |= tune_grad(job, store, gradient_sha, session.run, typer.echo)
                         else:
                             failed |= tune_case(job, store, done, functools.partial(_stream_with_progress, session),
                                                 typer.echo)

@@ -2,7 +2,7 @@
 # Everything kspec proves and measures on an NVIDIA GPU, in one run (docs/results/ holds the figures).
 #
 #   bash scripts/gpu_session.sh [STEP...]   steps: verify lower tune random bench attention hopper profile
-#                                            verify-norms verify-tma tune-sweep generate sweep grad-sweep
+#                                            verify-norms verify-tma tune-sweep tune-grad generate sweep grad-sweep
 #                                            verify-grad grad-bench mutate
 #                                            (default: verify tune)
 #
@@ -78,6 +78,9 @@ for step in ${*:-verify tune}; do
               --json "$OUT/verify-norms.json" 2>/dev/null | tail -25 ;;
     tune-sweep) kspec tune ${SWEEP_SPECS:-$NORM_FORWARD} --sweep "${family[@]}" --sustained --backend triton --backend mosaic_gpu \
               --samples 10 --seed 5 --budget-seconds "${TUNE_BUDGET:-300}" ${TUNE_ARGS:-} 2>/dev/null | grep -v '^\['
+          tar czf "$OUT/tuning.tgz" tuning ;;
+    tune-grad) kspec tune ${SWEEP_SPECS:-$NORM_FORWARD} --grad --sweep "${family[@]}" --backend triton --backend mosaic_gpu \
+              --samples "${SWEEP_SAMPLES:-5}" --seed 5 --budget-seconds "${TUNE_BUDGET:-300}" ${TUNE_ARGS:-} 2>/dev/null
           tar czf "$OUT/tuning.tgz" tuning ;;
     sweep) plot=(); python3 -c "import matplotlib" 2>/dev/null && plot=(--plot "$OUT/sweep.png")
            kspec bench ${SWEEP_SPECS:-$NORM_FORWARD} --sweep "${family[@]}" --backend triton --backend mosaic_gpu \

@@ -133,7 +133,7 @@ def grad_entry_base(job: CaseJob, gradient_sha: str) -> dict:
     return dict(job.base(), kernel_sha=gradient_sha, load=tg.GRAD)
 
 
-def tune_grad(job: CaseJob, store, gradient_sha: str, run: Callable[[BenchTask], Iterable[Result]],
+def tune_grad(job: CaseJob, store, gradient_sha: str, run: Callable[[BenchTask], Result],
               say: Callable[[str], None]) -> bool:
     """Time one job's forward and backward pass as backend="auto" runs it, the backward kernels
     included, against the reference's autodiff, round by round (a grad bench task), and record it:
@@ -145,27 +145,23 @@ def tune_grad(job: CaseJob, store, gradient_sha: str, run: Callable[[BenchTask],
                 and tg.fixed(e) == tg.fixed(base)]
     shown = f"{job.spec.name}[{job.variant.backend}] {job.case.name} {job.label}"
     if recorded:
-        say(f"{shown}: recorded already ({recorded[-1].get('speedup')}x the reference's autodiff)")
+        say(f"{shown}: recorded already ({recorded[-1].get('speedup') or 0:.3f}x the reference's autodiff)")
         return False
     task = BenchTask(spec_path=str(job.spec.path), kernel=job.spec.name, backend=job.variant.backend,
                      case=job.case.name, case_index=job.index, dtypes=tuple(job.assign.items()),
                      dtype_label=job.label, seed=job.seed, out_root=str(job.out_root), suite=job.suite,
                      samples=job.samples, grad=True, grad_kernels=True)
-    failed = False
-    for row in run(task):
-        figures = row.extra
-        timed = row.passed and figures.get("speedup") is not None
-        tuned = {p.name for p in job.variant.params if p.choices}
-        entry = dict(base, params={k: v for k, v in (figures.get("params") or {}).items() if k in tuned},
-                     status=row.status.value, ms=figures.get("ms"),
-                     message=row.message.splitlines()[0] if row.message else "")
-        if timed:
-            entry.update(ref_ms=figures["ref_ms"], speedup=figures["speedup"], speedup_ci95=figures["speedup_ci95"])
-            lo, hi = figures["speedup_ci95"]
-            say(f"{shown}: forward and backward {figures['speedup']:.3f}x the reference's autodiff ({lo:.3f}-{hi:.3f})"
-                + ("; auto will differentiate the reference here" if figures["speedup"] < 1.0 else ""))
-        else:
-            say(f"{shown}: {row.status}: {entry['message']}")
-            failed |= not row.passed
-        store.append(entry)
-    return failed
+    row = run(task)
+    figures, tuned = row.extra, {p.name for p in job.variant.params if p.choices}
+    entry = dict(base, params={k: v for k, v in (figures.get("params") or {}).items() if k in tuned},
+                 status=row.status.value, ms=figures.get("ms"), message=row.message.splitlines()[0] if row.message else "")
+    timed = row.passed and figures.get("speedup") is not None
+    if timed:
+        entry.update(ref_ms=figures["ref_ms"], speedup=figures["speedup"], speedup_ci95=figures["speedup_ci95"])
+        lo, hi = figures["speedup_ci95"]
+        say(f"{shown}: forward and backward {figures['speedup']:.3f}x the reference's autodiff ({lo:.3f}-{hi:.3f})"
+            + ("; auto will differentiate the reference here" if figures["speedup"] < 1.0 else ""))
+    else:
+        say(f"{shown}: {row.status}: {entry['message']}")
+    store.append(entry)
+    return not row.passed
