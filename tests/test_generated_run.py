@@ -46,6 +46,8 @@ def _inputs(spec, case, dtypes, seed=0):
             values = rng.uniform(op.init.low, op.init.high, size=shape).astype(np.float32)
         elif dt.is_float(dtype):
             values = rng.standard_normal(shape, dtype=np.float32)
+        elif init == "index":  # indices in their range (a page table, lengths), as verify makes them
+            values = rng.integers(0, max(op.init.bound(inst.env, inst.shapes), 1), size=shape, dtype=np.int32)
         else:
             values = rng.integers(-100, 100, size=shape, dtype=np.int32)
         out.append(jnp.asarray(values, dtype=jnp.dtype(dtype)))
