@@ -521,8 +521,10 @@ class KernelSpec:
 
     @property
     def grid_scalars(self) -> dict:
-        """{name: bound Expr} of the scalar-prefetch inputs that a grid size may read (`max:`)."""
-        return {o.name: o.max for o in self.inputs if o.prefetch and o.max is not None}
+        """{name: bound Expr} of the scalar-prefetch inputs that a grid size may read (`max:`): the
+        kernel's own, which a prologue makes, among them."""
+        kernel_inputs = self.wrapper.inputs if self.wrapper is not None else ()
+        return {o.name: o.max for o in self.inputs + kernel_inputs if o.prefetch and o.max is not None}
 
     @property
     def init_scope(self) -> tuple:
