@@ -69,3 +69,21 @@ def test_gmm_competitor_is_megablox_on_tpu_only():
     spec = compile_spec(GMM).spec
     assert [(c.name, c.platforms) for c in spec.competitors] == [("megablox", ("tpu",))]
     assert "megablox.gmm import gmm" in spec.competitors[0].body.source
+
+
+@pytest.mark.parametrize("edit, expected", [
+    (("    lhs: {shape: [M, K], dtype: lhs}\n", "    lhs: {shape: [M, K], dtype: lhs, init: {kind: index, bound: 3}}\n"),
+     ["specs/gmm.yaml:48:5: error[E410]: kernel input lhs has `init` but is not scalar-prefetched",
+      "  = help: the prologue makes a kernel input: `init` gives the range of a prefetched one's values"]),
+    (('init: {kind: index, bound: "cdiv(M, bm)"}', "init: {kind: normal}"),
+     ["specs/gmm.yaml:41:5: error[E410]: scalar-prefetch input m_tile_ids has no `init: {kind: index, ...}` saying "
+      "what values it holds",
+      "  = help: a prefetched input holds indices: a shape such as [n] or [B, n], an int dtype, init {kind: index, "
+      "bound: ...}"]),
+])
+def test_prefetched_kernel_inputs_are_checked(tmp_path, edit, expected):
+    """A kernel input's `init` is the range of a prefetched one's values, which the prologue makes."""
+    (tmp_path / "specs").mkdir()
+    (tmp_path / "specs" / "gmm.yaml").write_text(mutate(GMM.read_text(), edit))
+    r = invoke_kspec("check", "specs/gmm.yaml", cwd=tmp_path)
+    assert r.rc == 2 and r.out.splitlines()[:-1] == expected, r.out

@@ -566,6 +566,9 @@ def _prefetch(spec: KernelSpec) -> list:
                     "a prefetched input holds indices: a shape such as [n] or [B, n], an int dtype, init {kind: index, bound: ...}",
                 )
             )
+    for op in (o for o in spec.inputs if o.kernel and o.init is not None and not o.prefetch):
+        out.append(Diagnostic("E410", f"kernel input {op.name} has `init` but is not scalar-prefetched", op.loc,
+                              "the prologue makes a kernel input: `init` gives the range of a prefetched one's values"))
     for op in (o for o in spec.inputs if o.max is not None and not o.prefetch):
         out.append(Diagnostic("E410", f"input {op.name} has `max` but is not scalar-prefetched", op.loc,
                               "a grid extent read in the kernel is a `prefetch: true` input of shape [1]"))
