@@ -264,6 +264,9 @@ def test_init_code_of_the_wrong_dtype_is_an_error_naming_the_input(tmp_path):
     (("init: {same_as: q_ids}}", "init: {same_as: q_ids}, kinds: [large]}"),
      ["specs/windows.yaml:9:69: error[E453]: kv_ids.kinds: its data is made by `same_as`; an input kind would "
       "break that structure", "  = help: drop `kinds`, or write `kinds: []`"]),
+    (("x: {shape: [B, S], dtype: float32, kinds: [large]}", "x: {shape: [B, S], dtype: float32, init: {low: 1}}"),
+     ["specs/windows.yaml:5:44: error[E411]: x.init: has none of `kind`, `code` and `same_as`; an initialiser has "
+      "exactly one", "  = help: add `kind: normal`, `code: ...` or `same_as: <input>`"]),
     (("init: {same_as: q_ids}}", "init: {same_as: q_ids, kind: zeros}}"),
      ["specs/windows.yaml:9:44: error[E411]: kv_ids.init: has `kind` and `same_as`; an initialiser has exactly one "
       "of `kind`, `code` and `same_as`", "  = help: keep the one that says what the data is"]),
@@ -273,3 +276,18 @@ def test_structured_inits_are_checked(tmp_path, edit, expected):
     (tmp_path / "specs" / "windows.yaml").write_text(mutate(WINDOWS, edit))
     r = invoke_kspec("check", "specs/windows.yaml", cwd=tmp_path)
     assert r.rc == 2 and r.out.splitlines()[:-1] == expected, r.out
+
+
+def test_a_prefetched_input_is_bounds_checked_from_its_low(tmp_path):
+    """The index maps that read a prefetched input are checked with all its entries at each end of
+    its range, [low, bound): a low of -1 is out of bounds, though the high end is in them."""
+    library = (Path(__file__).resolve().parent.parent / "specs" / "gather_rows.yaml").read_text()
+    (tmp_path / "specs").mkdir()
+    (tmp_path / "specs" / "gather_rows.yaml").write_text(mutate(
+        library, ('init: {kind: index, bound: "R // bm"}', 'init: {kind: index, low: -1, bound: "R // bm"}')))
+    r = invoke_kspec("check", "specs/gather_rows.yaml", cwd=tmp_path)
+    assert r.rc == 2
+    assert r.out.splitlines()[:2] == [
+        "specs/gather_rows.yaml:19:44: error[E502]: case `square`: table.index_map at grid point (0,) with "
+        "idx[...] = -1 gives block index (-1, 0); dim 0 is -1, valid 0..15",
+        "  = help: table dim 0 has 128 elements in blocks of 8"]

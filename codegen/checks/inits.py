@@ -40,10 +40,11 @@ def _form(op: Operand) -> list:
     init, what = op.init, f"{op.name}.init"
     given = [k for k in ("kind", "code", "same_as") if k in init.keys]
     if len(given) != 1:
-        said = "has none of them" if not given else "has " + " and ".join(f"`{k}`" for k in given)
-        return [Diagnostic("E411", f"{what}: {said}; an initialiser has exactly one of `kind`, `code` and `same_as`",
-                           init.loc, "keep the one that says what the data is" if given else
-                           "add `kind: normal`, `code: ...` or `same_as: <input>`")]
+        if not given:
+            return [Diagnostic("E411", f"{what}: has none of `kind`, `code` and `same_as`; an initialiser has exactly "
+                               "one", init.loc, "add `kind: normal`, `code: ...` or `same_as: <input>`")]
+        return [Diagnostic("E411", f"{what}: has {' and '.join(f'`{k}`' for k in given)}; an initialiser has exactly "
+                           "one of `kind`, `code` and `same_as`", init.loc, "keep the one that says what the data is")]
     extra = [k for k in init.keys if k in _KIND_KEYS]
     if init.kind is None and extra:
         return [Diagnostic("E411", f"{what}: `{extra[0]}` goes with `kind`, not with `{given[0]}`", init.loc,
