@@ -24,6 +24,7 @@ X_BLOCK = 'x: {block_shape: [bs], index_map: "i -> (i,)"}'
 O_BLOCK = 'o: {block_shape: [bs], index_map: "i -> (i,)"}'
 GRID = 'grid: ["cdiv(N, bs)"]'
 BODY = "o_ref[...] = x_ref[...] * 2"
+X_INPUT = "  x: {shape: [N], dtype: float32}\n"
 
 
 def backend(section: str) -> str:
@@ -174,6 +175,11 @@ SPECS = {
     "E440": mutate(V, *WRAPPED, ("epilogue: |\n  return h * 2\n", "")),
     "E441": mutate(V, *WRAPPED, ("return h * 2", "return h * 2, h")),
     "E442": mutate(V, ("  x: {shape: [N], dtype: float32}\n", "  x: {shape: [N], dtype: float32}\n  y: {shape: [N], dtype: x, optional: true}\n")),
+    "E450": mutate(V, (X_INPUT, X_INPUT + "  a: {shape: [N], dtype: int32, init: {kind: index, bound: b}}\n"
+                                          "  b: {shape: [N], dtype: int32, init: {kind: index, low: a, bound: N}}\n")),
+    "E451": mutate(V, (X_INPUT, X_INPUT + "  y: {shape: [N, N], dtype: float32, init: {same_as: x}}\n")),
+    "E452": mutate(V, (X_INPUT, X_INPUT + '  y: {shape: [N], dtype: float32, init: {code: "z = jax.random.normal(key, (N,))"}}\n')),
+    "E453": mutate(V, (X_INPUT, "  x: {shape: [N], dtype: float32, kinds: [large]}\n  y: {shape: [N], dtype: x, init: {same_as: x}}\n")),
     "E420": vjp(("spec: dx.yaml", "spec: missing.yaml"), dx=None),
     "E421": vjp(("vjp:\n", "vjp:\n  residuals: [z]\n")),
     "E422": vjp(("{g: grad(o)}", "{g: grad(o), h: grad(o)}")),
@@ -294,6 +300,10 @@ EXPECTED = {
     "E427": ['specs/bad.yaml:23:19: error[E427]: case `c`: dx input g takes bfloat16, but `grad(o)` is float32', '  = help: let g take float32'],
     "E428": ['specs/bad.yaml:19:5: error[E428]: case `c` (float32): backward kernel dx (interpret) cannot run it: case `c` (N=64): `N % 128 == 0` does not hold [E501]', '  = help: in dx.yaml: constraint at line 17'],
     "E429": ['specs/bad.yaml:22:13: error[E429]: dx.yaml: dx has no backend for platforms cpu, gpu, where this kernel\'s interpret backend runs', '  = help: add `interpret` to the backends of dx.yaml'],
+    "E450": ['specs/bad.yaml:8:39: error[E450]: input initialisers read each other in a cycle: a -> b -> a', '  = help: make one of them from dims and params alone'],
+    "E451": ['specs/bad.yaml:8:44: error[E451]: y.init: same_as x, of shape [N], but y has shape [N, N]', '  = help: give y the shape of x'],
+    "E452": ['specs/bad.yaml:8:49: error[E452]: y.init.code: returns nothing; it must return the data of y', '  = help: end it with `return <array>`, or write one expression'],
+    "E453": ['specs/bad.yaml:7:42: error[E453]: x.kinds: y.init reads its values; an input kind would break that structure', '  = help: drop `kinds`, or write `kinds: []`'],
     "E500": ['specs/bad.yaml:19:5: error[E500]: case `c` does not bind dim `N`', '  = help: add `N: <int>`'],
     "E501": ['specs/bad.yaml:21:5: error[E501]: case `c` (N=64): N must be a multiple of 128', '  = help: constraint at line 19'],
     "E502": ['specs/bad.yaml:13:37: error[E502]: case `c`: o.index_map at grid point (7,) gives block index (8,); dim 0 is 8, valid 0..7', '  = help: o dim 0 has 64 elements in blocks of 8'],

@@ -45,6 +45,8 @@ def _quoted(payload: str) -> str:
     return '"' + payload.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
 
 
+X_INPUT = "  x: {shape: [N], dtype: float32}"
+X_FORMAT = X_INPUT.replace("{", "{{").replace("}", "}}")  # as a replacement that spec_with formats
 SCRATCH = ("cases:", "scratch:\n  acc: {shape: [bs], dtype: float32}\ncases:")
 TPU = ("cases:", "backends:\n  mosaic_tpu:\n    compiler_params: {dimension_semantics: [parallel]}\ncases:")
 TRITON = ("cases:", "backends:\n  triton:\n    compiler_params: {num_warps: 4}\ncases:")
@@ -80,6 +82,9 @@ REFUSED_FIELDS = {
     "dimension_semantics": [TPU, ("[parallel]", "[{p}]")],
     "backend_dtypes": [TPU, ("    compiler_params", "    dtypes: {{x: [{p}]}}\n    compiler_params")],
     "backend_param_name": [TPU, ("    compiler_params", "    params: {{{p}: 8}}\n    compiler_params")],
+    "init_same_as": [(X_INPUT, X_FORMAT + "\n  y: {{shape: [N], dtype: x, init: {{same_as: {p}}}}}")],
+    "init_low": [(X_INPUT, X_FORMAT + "\n  y: {{shape: [N], dtype: int32, init: {{kind: index, low: {p}, bound: N}}}}")],
+    "init_bound": [(X_INPUT, X_FORMAT + "\n  y: {{shape: [N], dtype: int32, init: {{kind: index, bound: {p}}}}}")],
 }
 # Free text: accepted, and must stay text.
 TEXT_FIELDS = {
@@ -90,6 +95,8 @@ TEXT_FIELDS = {
     "body_comment": [("o_ref[...] = x_ref[...] * 2", "o_ref[...] = x_ref[...] * 2  # {r}")],
     "body_string": [("o_ref[...] = x_ref[...] * 2", "o_ref[...] = x_ref[...] * 2\n  _unused = {r}")],
     "reference_string": [("return x * 2", "_unused = {r}\n  return x * 2")],
+    "init_code_string": [(X_INPUT, X_FORMAT + "\n  y:\n    shape: [N]\n    dtype: int32\n    init:\n      code: |\n"
+                                            "        _unused = {r}\n        return jnp.zeros((N,), dtype)")],
 }
 
 
@@ -235,13 +242,18 @@ def test_generated_modules_hold_only_what_the_templates_make():
             if code:
                 for line in filter(str.strip, code[0].source.splitlines()):
                     assert _functions_holding(text, line.strip()) == {code[1]}, (target, line)
-            if target.name == "reference.py":  # each competitor's body in its own function
+            coded = [op for op in spec.inputs if op.init is not None and op.init.code is not None]
+            if target.name == "reference.py":  # each competitor's body and input's init code in its own function
                 for c in spec.competitors:
                     for line in filter(str.strip, c.body.source.splitlines()):
                         assert _functions_holding(text, line.strip()) == {f"{spec.name}_{c.name}"}, (target, line)
-            # a template's def named after a competitor, as the competitors this spec declares
+                for op in coded:
+                    for line in filter(str.strip, op.init.code.source.splitlines()):
+                        assert _functions_holding(text, line.strip()) == {f"{spec.name}_init_{op.name}"}, (target, line)
+            # a template's def named after a competitor or an input, as the competitors and inputs this spec declares
             by_kind[target.name][-1] = {
-                "{name}_{{ c.name }}" if any(d == f"{{name}}_{c.name}" for c in spec.competitors) else d
+                "{name}_{{ c.name }}" if any(d == f"{{name}}_{c.name}" for c in spec.competitors) else
+                "{name}_init_{{ i.input }}" if any(d == f"{{name}}_init_{op.name}" for op in coded) else d
                 for d in by_kind[target.name][-1]
             }
     template_defs = {

@@ -265,12 +265,13 @@ def _prefetch_fills(inst: Instance) -> list:
         init = op.init
         if init is None or init.kind != "index":
             return [({}, "")]  # E410 reported it; the refs stay unknown (NotEvaluable)
-        try:
+        try:  # a range that reads other inputs' values is known only when verify makes them
             bound = init.bound(inst.env, inst.shapes)
+            least = init.low_expr.eval(inst.env) if init.low_expr is not None else 0
         except (ExprError, NotEvaluable, KeyError, IndexError):
             return [({}, "")]
         shape = inst.shapes[op.name]
-        low[op.name], high[op.name] = _Filled(shape, 0), _Filled(shape, max(bound - 1, 0))
+        low[op.name], high[op.name] = _Filled(shape, least), _Filled(shape, max(bound - 1, least))
     if not low:
         return [({}, "")]
     shown = lambda fill: ", ".join(f"{k}[...] = {f.value}" for k, f in fill.items())

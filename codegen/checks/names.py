@@ -1,6 +1,7 @@
 """E602: every name a spec's code reads resolves, checked before anything runs.
 
-A body, a reference or a competitor is the body of a function in a generated module. It may read
+A body, a reference, a competitor or an input's init code is the body of a function in a generated
+module (init code: of `key`, the dims, params and `dtype`, in reference.py). It may read
 the names it binds itself, the function's arguments (the refs, params, dims and grid indices of a
 kernel; the inputs, params and dims of a reference), the names the module imports, and Python's
 builtins. The imports are read from the templates themselves, so the two cannot drift apart. The
@@ -54,6 +55,10 @@ def check(spec: KernelSpec) -> list:
     for c in spec.competitors:
         out += _unknown(c.body, f"competitor `{c.name}`", reference_scope)
     out += _wrapper(spec, params | dims)
+    init_scope = {"key", *spec.init_scope} | template_imports("reference.py.j2")
+    for op in spec.inputs:
+        if op.init is not None and op.init.code is not None:
+            out += _unknown(op.init.code, f"{op.name}.init.code", init_scope)
     seen = set()
     for variant in spec.variants.values():
         if variant.body.origin in seen:

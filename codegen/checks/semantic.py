@@ -19,6 +19,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from kspec.codegen.spec import dtypes as dt
+from kspec.codegen.checks import inits as _init_structure
 from kspec.codegen.checks import mesh as _mesh
 from kspec.codegen.checks import names as code_names
 from kspec.codegen.checks import wrapper as _wrapper
@@ -42,7 +43,7 @@ from kspec.codegen.spec.model import Case, Code, DimKind, InitKind, KernelSpec, 
 # as locals (an output is never one). tests/test_no_exec.py derives both from the library's
 # generated code and checks that they are here.
 TEMPLATE_NAMES = frozenset({
-    "AUTO", "AXIS_NAMES", "BACKENDS", "CHECK_VMA", "COMPETITORS", "DEFAULTS", "IN_SPECS", "MESH_AXES",
+    "AUTO", "AXIS_NAMES", "BACKENDS", "CHECK_VMA", "COMPETITORS", "DEFAULTS", "INITS", "IN_SPECS", "MESH_AXES",
     "NamedSharding", "NoGradientError", "OUT_SPECS", "P", "PASSED_ON", "PLATFORMS", "REFERENCE_PARAMS", "TABLE", "available_backends", "bind", "bucket",
     "contextlib", "crop", "differentiable", "importlib", "make_mesh", "manual_axis_type", "resolve",
     "satisfies_constraints", "select_backend", "select_sharded_backend", "whole", "whole_blocks",
@@ -377,6 +378,8 @@ def _code(spec: KernelSpec) -> list:
     if spec.wrapper is not None:
         out += [d for what in ("prologue", "epilogue") if getattr(spec.wrapper, what) is not None
                 for d in _parse_code(getattr(spec.wrapper, what), what)]
+    out += [d for op in spec.inputs if op.init is not None and op.init.code is not None
+            for d in _parse_code(op.init.code, f"{op.name}.init.code")]
     bodies = {v.body.origin: v.body for v in spec.variants.values()}
     for body in bodies.values():
         out += _parse_code(body, "body")
@@ -563,6 +566,9 @@ def _prefetch(spec: KernelSpec) -> list:
                     "a prefetched input holds indices: a shape such as [n] or [B, n], an int dtype, init {kind: index, bound: ...}",
                 )
             )
+    for op in (o for o in spec.inputs if o.kernel and o.init is not None and not o.prefetch):
+        out.append(Diagnostic("E410", f"kernel input {op.name} has `init` but is not scalar-prefetched", op.loc,
+                              "the prologue makes a kernel input: `init` gives the range of a prefetched one's values"))
     for op in (o for o in spec.inputs if o.max is not None and not o.prefetch):
         out.append(Diagnostic("E410", f"input {op.name} has `max` but is not scalar-prefetched", op.loc,
                               "a grid extent read in the kernel is a `prefetch: true` input of shape [1]"))
@@ -571,8 +577,9 @@ def _prefetch(spec: KernelSpec) -> list:
 
 def _inits(spec: KernelSpec) -> list:
     """E411: initialisers name real operands and dims, and make sense for the dtype."""
-    out = []
-    scope = set(spec.dims) | {p.name for v in spec.variants.values() for p in v.params}
+    out = _init_structure.check(spec)
+    # an index initialiser's low and bound may read other inputs' values too
+    scope = set(spec.dims) | {p.name for v in spec.variants.values() for p in v.params} | {o.name for o in spec.inputs}
     for op in spec.inputs:
         out += _input_kinds(spec, op)
         init = op.init
@@ -590,8 +597,8 @@ def _inits(spec: KernelSpec) -> list:
                 )
             elif target is not None and init.dim >= target.rank:
                 out.append(Diagnostic("E411", f"{what}: dim {init.dim} of {init.of}, which has rank {target.rank}", init.loc))
-            if init.bound_expr is not None:
-                out += [dataclasses.replace(d, code="E411") for d in _unknown(init.bound_expr, scope, what)]
+            for e in (init.low_expr, init.bound_expr):
+                out += [dataclasses.replace(d, code="E411") for d in _unknown(e, scope, what)]
         if init.kind == InitKind.UNIFORM and init.low >= init.high:
             out.append(Diagnostic("E411", f"{what}: low {init.low:g} is not below high {init.high:g}", init.loc))
     return out

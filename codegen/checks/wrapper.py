@@ -80,7 +80,7 @@ def _returns(code: Code, what: str, names: list, where: str) -> list:
         tree = ast.parse(code.source)
     except (SyntaxError, RecursionError, MemoryError, ValueError):
         return []  # E600 reports it
-    returns = [node for node in _own_nodes(tree) if isinstance(node, ast.Return)]
+    returns = [node for node in own_nodes(tree) if isinstance(node, ast.Return)]
     shown = ", ".join(names)
     if not returns:
         return [Diagnostic("E441", f"{what}: returns nothing; it must return {_count(names)} ({shown})",
@@ -97,7 +97,7 @@ def _returns(code: Code, what: str, names: list, where: str) -> list:
     return out
 
 
-def _own_nodes(tree: ast.AST):
+def own_nodes(tree: ast.AST):
     """The nodes of the function body itself, not of the functions and classes it defines."""
     stack = list(ast.iter_child_nodes(tree))
     while stack:

@@ -12,7 +12,7 @@ from typing import Iterable
 
 # code -> one-line title. Grouped by pipeline stage: E1xx loading, E2xx schema,
 # E3xx expressions, E4xx structure (E416 to E418: residual outputs; E42x: vjp; E43x: mesh
-# kernels; E44x: prologue, epilogue and optional inputs),
+# kernels; E44x: prologue, epilogue and optional inputs; E45x: initialisers that give test data structure),
 # E5xx per-case checks, E6xx Python code, E7xx backend hardware rules, E8xx sharding;
 # W9xx warnings.
 CODES: dict[str, str] = {
@@ -77,6 +77,10 @@ CODES: dict[str, str] = {
     "E440": "prologue or epilogue without the kernel operands it makes or reads",
     "E441": "prologue or epilogue returns the wrong number of values",
     "E442": "invalid optional input or absent",
+    "E450": "input initialisers read each other in a cycle",
+    "E451": "same_as input differs in shape or dtype",
+    "E452": "init code returns nothing",
+    "E453": "input kinds would break a structured initialiser",
     "E500": "case does not bind every dim",
     "E501": "constraint violated",
     "E502": "index_map result out of bounds",

@@ -48,16 +48,24 @@ def tuned_params(task, prep) -> dict:
 
 def _input_sets(task, prep, l2_bytes: int) -> list:
     """The task's inputs and enough more sets of fresh random data of the same shapes that together
-    they exceed the L2 (timing.copies_needed)."""
+    they exceed the L2 (timing.copies_needed): floating inputs drawn again, except those whose data
+    has structure (init code, or read by another input's initialiser), which are kept, and copies
+    (`same_as`), which copy their source in the same set."""
     import jax
 
     copies = timing.copies_needed(_nbytes(prep.inputs), l2_bytes)
-    return [prep.inputs] + [
-        [jax.random.normal(jax.random.key(task.seed + c * 7919 + i), x.shape).astype(x.dtype)
-         if x is not None and jax.numpy.issubdtype(x.dtype, jax.numpy.floating) else x
-         for i, x in enumerate(prep.inputs)]
-        for c in range(1, copies)
-    ]
+    structured = {name for names in prep.spec.init_reads.values() for name in names}
+    structured |= {op.name for op in prep.spec.inputs if op.init is not None and op.init.code is not None}
+    sets = [prep.inputs]
+    for c in range(1, copies):
+        fresh = {op.name: jax.random.normal(jax.random.key(task.seed + c * 7919 + i), x.shape).astype(x.dtype)
+                 if x is not None and op.name not in structured and jax.numpy.issubdtype(x.dtype, jax.numpy.floating)
+                 else x for i, (op, x) in enumerate(zip(prep.spec.inputs, prep.inputs))}
+        for op in prep.spec.init_order:
+            if op.init is not None and op.init.same_as is not None:
+                fresh[op.name] = fresh[op.init.same_as]
+        sets.append([fresh[op.name] for op in prep.spec.inputs])
+    return sets
 
 
 def _compile(fn, args) -> tuple:

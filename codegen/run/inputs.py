@@ -4,6 +4,7 @@ the spec's initialisers honoured, and the reference's view of them (low-precisio
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Mapping
 
 import numpy as np
 
@@ -22,21 +23,47 @@ LARGE = 30.0  # `large`: standard normal times this
 NEGATIVE = 1e3  # `negative_rows`: rows near minus this (less for dtypes whose range is smaller)
 
 
-def make_input(task: Task, op, shape: tuple, dtype: str, env: dict, shapes: dict, kind: str = kinds.NORMAL):
+class InitError(Exception):
+    """An input's init code made data of another shape or dtype than the input's."""
+
+
+def make_inputs(task: Task, spec, inst, dtypes: Mapping, absent, inits: Mapping, kind: str = kinds.NORMAL) -> list:
+    """Every input of a task, in the spec's order (None for an optional input the case leaves out),
+    made in the order their initialisers read each other (spec.init_order). `inits` is the
+    generated reference module's INITS: {input: (its init code's function, the names it takes
+    after the key)}."""
+    made: dict = {}
+    for op in spec.init_order:
+        made[op.name] = None if op.name in absent else make_input(
+            task, op, inst.shapes[op.name], dtypes[op.name], inst.env, inst.shapes, kind, made, inits.get(op.name), spec)
+    return [made[op.name] for op in spec.inputs]
+
+
+def make_input(task: Task, op, shape: tuple, dtype: str, env: dict, shapes: dict, kind: str = kinds.NORMAL,
+               made: Mapping | None = None, code=None, spec=None):
     """Random data for one input of one input kind (codegen/run/kinds.py): `normal` is the spec's
     initialiser, else a per-dtype default; another kind is made from its own stream, for the
-    inputs that take it (kinds.takes), and is the normal data for the others."""
+    inputs that take it (kinds.takes), and is the normal data for the others. `made` holds the
+    inputs made before (those `same_as`, `low` and `bound` read); `code`, the init code's
+    (function, argument names)."""
     import jax.numpy as jnp
 
-    if kind != kinds.NORMAL and kind in kinds.takes(op, dtype):
+    if kind != kinds.NORMAL and kind in kinds.takes(op, dtype, spec):
         data = _of_kind(rng_for(task, f"{op.name}/{kind}"), kind, shape, dtype)
         return jnp.asarray(data).astype(jnp.dtype(dtype))
     rng = rng_for(task, op.name)
     init = getattr(op, "init", None)
+    made = made or {}
+    if init is not None and init.same_as is not None:
+        return made[init.same_as]  # the checks hold it to the same shape and dtype
+    if init is not None and init.code is not None:
+        return _from_code(rng, op.name, code, shape, dtype, env)
     kind = init.kind if init else None
     if kind == InitKind.INDEX:
-        high = init.bound(env, shapes)
-        data = rng.integers(0, max(high, 1), size=shape)
+        low = _elementwise(init.low_expr, env, made, shape) if init.low_expr is not None else 0
+        high = (_elementwise(init.bound_expr, env, made, shape) if init.bound_expr is not None
+                else init.bound(env, shapes))
+        data = rng.integers(low, np.maximum(high, np.add(low, 1)), size=shape)
     elif kind == InitKind.UNIFORM:
         data = rng.uniform(init.low, init.high, size=shape)
     elif kind == InitKind.POSITIVE:
@@ -57,6 +84,33 @@ def make_input(task: Task, op, shape: tuple, dtype: str, env: dict, shapes: dict
         else:
             data = rng.standard_normal(shape)
     return jnp.asarray(np.asarray(data)).astype(jnp.dtype(dtype))
+
+
+def _elementwise(expr, env: Mapping, made: Mapping, shape: tuple):
+    """An index initialiser's low or bound: a number when it reads only dims and params, else an
+    array of `shape`, the expression evaluated per element over the inputs it reads (broadcast
+    as numpy broadcasts them)."""
+    names = sorted(n for n in expr.names if n in made)
+    if not names:
+        return expr.eval(env)
+    each = np.vectorize(lambda *values: expr.eval({**env, **{n: np.asarray(v).item() for n, v in zip(names, values)}}),
+                        otypes=[np.int64])
+    return np.broadcast_to(each(*(np.asarray(made[n]) for n in names)), shape)
+
+
+def _from_code(rng: np.random.Generator, name: str, code, shape: tuple, dtype: str, env: Mapping):
+    """An input made by its init code: called with a key from the input's own stream, then the
+    dims, params and `dtype` it reads; what it returns must have the input's shape and dtype."""
+    import jax
+    import jax.numpy as jnp
+
+    fn, names = code
+    key = jax.random.key(int(rng.integers(2**31)))
+    data = jnp.asarray(fn(key, *(jnp.dtype(dtype) if n == "dtype" else env[n] for n in names)))
+    if tuple(data.shape) != tuple(shape) or data.dtype != jnp.dtype(dtype):
+        raise InitError(f"input {name}: its init code returned {data.dtype.name}[{', '.join(map(str, data.shape))}], "
+                        f"but {name} is {dtype}[{', '.join(map(str, shape))}] here")
+    return data
 
 
 def _of_kind(rng: np.random.Generator, kind: str, shape: tuple, dtype: str) -> np.ndarray:

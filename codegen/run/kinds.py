@@ -32,11 +32,15 @@ SELECTIONS = ("default", "all", NORMAL)
 NORMWISE = 10  # --inputs: besides a list of kinds
 
 
-def takes(op, dtype: str) -> tuple:
+def takes(op, dtype: str, spec=None) -> tuple:
     """The kinds (other than normal) that an input takes with this dtype: those its `kinds` lists,
     else every kind for a float or integer input without an `init` (an input with `init` keeps the
-    data it declares; a scalar-prefetch input holds indices; bool inputs have no such kinds)."""
+    data it declares; a scalar-prefetch input holds indices; bool inputs have no such kinds). An
+    input whose values another input's initialiser reads (`spec`'s) takes none: they keep that
+    structure."""
     if getattr(op, "prefetch", False) or dt.DTYPES.get(dtype, (0, "b"))[1] == "b":
+        return ()
+    if spec is not None and any(op.name in names for names in spec.init_reads.values()):
         return ()
     declared = getattr(op, "kinds", None)
     if declared is not None:
@@ -46,7 +50,7 @@ def takes(op, dtype: str) -> tuple:
 
 def available(spec, assign: dict) -> tuple:
     """The kinds that some input of the spec takes under a dtype assignment, in KINDS order."""
-    taken = {k for op in spec.inputs for k in takes(op, assign[op.name])}
+    taken = {k for op in spec.inputs for k in takes(op, assign[op.name], spec)}
     return tuple(k for k in KINDS if k in taken)
 
 

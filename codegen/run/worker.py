@@ -29,7 +29,7 @@ from kspec.codegen import project as pipeline
 from kspec.codegen.spec import dtypes as dt
 from kspec.codegen.run.compare import compare_within, verdict_result
 from kspec.codegen.run import kinds
-from kspec.codegen.run.inputs import make_input, upcast
+from kspec.codegen.run.inputs import make_inputs, upcast
 from kspec.codegen.run.tasks import (
     DONE, BenchTask, CeilingsTask, GradTask, LowerTask, Result, RunTask, ShardedTask, Status, Task, TuneTask, result,
 )
@@ -240,8 +240,7 @@ def _prepare(task: Task) -> Prepared:
     module = _module(task, task.backend)
     ref_module = _module(task, "reference")
     base_params = {p.name for p in next(iter(spec.variants.values())).params}
-    inputs = [None if op.name in case.absent else  # an optional input the case leaves out
-              make_input(task, op, inst.shapes[op.name], dtypes[op.name], inst.env, inst.shapes) for op in spec.inputs]
+    inputs = make_inputs(task, spec, inst, dtypes, case.absent, getattr(ref_module, "INITS", {}))
     return Prepared(
         spec, case, variant, inst, dtypes, params,
         {k: v for k, v in params.items() if k in base_params},
@@ -312,10 +311,10 @@ def _other_kinds(task: RunTask, prep: Prepared, passed: Result, start: float, ca
     against the reference on the same data. The first that fails is the task's result, its message
     naming the kind; if all pass, the normal inputs' result stands (its metrics, the time of all)."""
     for kind in task.inputs[1:]:
-        taking = [prep.dtypes[op.name] for op in prep.spec.inputs if kind in kinds.takes(op, prep.dtypes[op.name])]
-        inputs = [None if op.name in prep.case.absent else
-                  make_input(task, op, prep.inst.shapes[op.name], prep.dtypes[op.name], prep.inst.env, prep.inst.shapes,
-                             kind) for op in prep.spec.inputs]
+        taking = [prep.dtypes[op.name] for op in prep.spec.inputs
+                  if kind in kinds.takes(op, prep.dtypes[op.name], prep.spec)]
+        inputs = make_inputs(task, prep.spec, prep.inst, prep.dtypes, prep.case.absent,
+                             getattr(_module(task, "reference"), "INITS", {}), kind)
         other = dataclasses.replace(prep, inputs=inputs, refs=None)
         try:
             out = _run_once(task, other, call, start, loose=True)

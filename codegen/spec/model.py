@@ -12,7 +12,8 @@ import enum
 import hashlib
 import itertools
 import math
-from collections.abc import Mapping
+import textwrap
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 from kspec.codegen.spec import sharding as _sharding
@@ -115,6 +116,23 @@ class Code:
             return frozenset()
         return frozenset(n.id for n in ast.walk(tree) if isinstance(n, ast.Name))
 
+    @property
+    def expression(self) -> bool:
+        """Whether the code is one expression (which init code may be, for its value)."""
+        try:
+            tree = ast.parse(self.source)
+        except (SyntaxError, RecursionError, MemoryError, ValueError):
+            return False
+        return len(tree.body) == 1 and isinstance(tree.body[0], ast.Expr)
+
+    @property
+    def returning(self) -> str:
+        """The code as a function body: an expression returned, any other code as it is."""
+        if not self.expression:
+            return self.source
+        text = self.source.strip()
+        return f"return {text}" if "\n" not in text else "return (\n" + textwrap.indent(text, "    ") + "\n)"
+
     def loc_of(self, line: int, col: int) -> Location:
         """Location of 1-based `line`, 0-based `col` within the source."""
         if self.block_indent is not None:
@@ -145,9 +163,11 @@ class Param:
 
 @dataclasses.dataclass(frozen=True)
 class Init:
-    """How verify fills an input with test data (`init:`); `index` gives integers in [0, bound)."""
+    """How verify fills an input with test data (`init:`): a `kind` (`index` gives integers in
+    [low, bound)), or `code` (plain JAX over `key`, the dims and params), or `same_as` (a copy of
+    another input). `low` and `bound` of an index initialiser may read other inputs' values."""
 
-    kind: InitKind
+    kind: InitKind | None  # None: `code` or `same_as` says what the data is
     low: float = 0.0
     high: float = 1.0
     mean: float = 0.0
@@ -156,12 +176,34 @@ class Init:
     dim: int = 0  # ... along this dim
     bound_expr: Expr | None = None  # index: or this exclusive bound
     loc: Location | None = None
+    low_expr: Expr | None = None  # index: the inclusive lower bound (default 0)
+    code: Code | None = None  # the data, computed by this function body (or expression)
+    same_as: str | None = None  # the data, that of this other input
+    keys: tuple = ()  # the keys the spec writes, in its order
 
     def bound(self, env: Mapping[str, Any], shapes: Mapping[str, tuple]) -> int:
         """The exclusive upper bound of an `index` initialiser for one case."""
         if self.bound_expr is not None:
             return self.bound_expr.eval(env)
         return shapes[self.of][self.dim]
+
+    @property
+    def structured(self) -> bool:
+        """Whether the data is made by code or copied from another input (not drawn by a kind)."""
+        return self.code is not None or self.same_as is not None
+
+    def reads(self, inputs: Collection[str]) -> tuple:
+        """The inputs among `inputs` whose values this initialiser needs first, sorted."""
+        names = {self.same_as} if self.same_as else set()
+        for e in (self.low_expr, self.bound_expr):
+            names |= set(e.names) if e is not None else set()
+        return tuple(sorted(names & set(inputs)))
+
+    def code_args(self, scope: Sequence[str]) -> tuple:
+        """The arguments of the `code` function after `key`: the names of `scope` (dims, then
+        params) that the code reads, in that order."""
+        read = self.code.names if self.code is not None else frozenset()
+        return tuple(n for n in scope if n in read)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -479,8 +521,34 @@ class KernelSpec:
 
     @property
     def grid_scalars(self) -> dict:
-        """{name: bound Expr} of the scalar-prefetch inputs that a grid size may read (`max:`)."""
-        return {o.name: o.max for o in self.inputs if o.prefetch and o.max is not None}
+        """{name: bound Expr} of the scalar-prefetch inputs that a grid size may read (`max:`): the
+        kernel's own, which a prologue makes, among them."""
+        kernel_inputs = self.wrapper.inputs if self.wrapper is not None else ()
+        return {o.name: o.max for o in self.inputs + kernel_inputs if o.prefetch and o.max is not None}
+
+    @property
+    def init_scope(self) -> tuple:
+        """What an input's init code may read besides `key` and the imports of reference.py: the
+        dims, the params of the spec's first backend (the reference's) and `dtype`, in that order."""
+        return (*self.dims, *(p.name for p in next(iter(self.variants.values())).params), "dtype")
+
+    @property
+    def init_reads(self) -> dict:
+        """{input: the inputs whose values its initialiser reads}, for the inputs that read any."""
+        names = [o.name for o in self.inputs]
+        return {o.name: o.init.reads(names) for o in self.inputs if o.init is not None and o.init.reads(names)}
+
+    @property
+    def init_order(self) -> tuple:
+        """The inputs in the order their data is made: each after the inputs its initialiser reads,
+        else in declared order (the members of a cycle, which check refuses, come last)."""
+        reads, done, order = self.init_reads, set(), []
+        while len(order) < len(self.inputs):
+            ready = [o for o in self.inputs if o.name not in done and set(reads.get(o.name, ())) <= done]
+            ready = ready[:1] or [o for o in self.inputs if o.name not in done]
+            order += ready
+            done |= {o.name for o in ready}
+        return tuple(order)
 
     @property
     def prefetched(self) -> tuple:
@@ -628,9 +696,16 @@ class _Operands(_Parser):
     def init(self, raw: Mapping | None, at: tuple) -> Init | None:
         if raw is None:
             return None
-        numbers = {k: float(raw[k]) for k in ("low", "high", "mean", "std") if k in raw}
+        kind = InitKind(raw["kind"]) if "kind" in raw else None
+        # an index initialiser's low is an expression (it may read dims, params and other inputs)
+        expr_low = "low" in raw and (kind == InitKind.INDEX or isinstance(raw["low"], str))
+        low_expr = self.expr(raw["low"], at + ("low",)) if expr_low else None
+        numbers = {k: float(raw[k]) for k in ("low", "high", "mean", "std")
+                   if k in raw and not (k == "low" and expr_low)}
         bound = self.expr(raw["bound"], at + ("bound",)) if "bound" in raw else None
-        return Init(InitKind(raw["kind"]), **numbers, of=raw.get("of"), dim=raw.get("dim", 0), bound_expr=bound, loc=self.doc.loc(at))
+        return Init(kind, **numbers, of=raw.get("of"), dim=raw.get("dim", 0), bound_expr=bound, loc=self.doc.loc(at),
+                    low_expr=low_expr, code=self.code(at + ("code",)) if "code" in raw else None,
+                    same_as=raw.get("same_as"), keys=tuple(raw))
 
     def wrapper(self, data: Mapping, inputs: set) -> Wrapper | None:
         """`prologue`, `epilogue` and `kernel:` (None when the spec has none of them)."""
