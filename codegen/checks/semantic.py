@@ -42,7 +42,7 @@ from kspec.codegen.spec.model import Case, Code, DimKind, InitKind, KernelSpec, 
 # as locals (an output is never one). tests/test_no_exec.py derives both from the library's
 # generated code and checks that they are here.
 TEMPLATE_NAMES = frozenset({
-    "AUTO", "AXIS_NAMES", "BACKENDS", "CHECK_VMA", "COMPETITORS", "DEFAULTS", "IN_SPECS", "MESH_AXES",
+    "AUTO", "AXIS_NAMES", "BACKENDS", "CHECK_VMA", "COMPETITORS", "COMPETITOR_REQUIRES", "DEFAULTS", "IN_SPECS", "MESH_AXES",
     "NamedSharding", "NoGradientError", "OUT_SPECS", "P", "PASSED_ON", "PLATFORMS", "REFERENCE_PARAMS", "TABLE", "available_backends", "bind", "bucket",
     "contextlib", "crop", "differentiable", "importlib", "make_mesh", "manual_axis_type", "resolve",
     "satisfies_constraints", "select_backend", "select_sharded_backend", "whole", "whole_blocks",

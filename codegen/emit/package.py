@@ -15,12 +15,13 @@ def reference(sig: Signature) -> dict:
     base = sig.reference_variant
     competitors = [
         {"name": c.name, "doc": c.doc or f"The `{c.name}` competitor.", "platforms": c.platforms,
-         "platforms_repr": repr(tuple(c.platforms)),
+         "platforms_repr": repr(tuple(c.platforms)), "requires_repr": repr(tuple(c.requires)),
          "body": c.body.source}
         for c in sig.spec.competitors
     ]
     return dict(sig.common(), signature=sig.signature_of(base), reference=sig.spec.reference.source,
-                mesh_sizes=list(sig.spec.mesh_sizes.items()), competitors=competitors)
+                mesh_sizes=list(sig.spec.mesh_sizes.items()), competitors=competitors,
+                requiring=[c for c, spec_c in zip(competitors, sig.spec.competitors) if spec_c.requires])
 
 
 def tuning(sig: Signature, tuned: dict) -> dict:
