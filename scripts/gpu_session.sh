@@ -74,7 +74,7 @@ for step in ${*:-verify tune}; do
     generate) kspec generate 2>/dev/null | tail -1 ;;
     verify-grad) kspec verify $NORM_FORWARD --backend triton --seed 11 --json "$OUT/verify-grad.json" 2>/dev/null | tail -40 ;;
     fa3) kspec verify specs/flash_attention_hopper.yaml -b mosaic_gpu --seed 11 --json "$OUT/verify-fa3.json" 2>/dev/null | tail -20
-         kspec bench specs/flash_attention_hopper.yaml --samples 30 --json "$OUT/bench-fa3.json" \
+         kspec bench specs/flash_attention_hopper.yaml -b mosaic_gpu --samples 30 --json "$OUT/bench-fa3.json" \
            --markdown "$OUT/bench-fa3.md" 2>/dev/null | tail -20 ;;
     verify-tma) kspec verify specs/softmax_tma.yaml specs/rms_norm_tma.yaml specs/layer_norm_tma.yaml \
               --backend mosaic_gpu --seed 11 --json "$OUT/verify-tma.json" 2>/dev/null | tail -22 ;;
