@@ -9,6 +9,7 @@ import shutil
 import statistics
 from pathlib import Path
 
+import jax
 import pytest
 from test_verify import ROOT, ROW_FIELDS, kspec, project
 
@@ -108,10 +109,12 @@ def test_competitors_are_checked_timed_beside_the_kernel_and_held_to_their_floor
         "  xla: {doc: XLA's add., body: 'return jnp.add(x, y)'}\n"
         "  gpu_only: {platforms: [gpu], body: return x + y}\n"
         "  wrong: {body: return x - y}\n"
-        "  broken: {body: return x @ y}\n"))
+        "  broken: {body: return x @ y}\n"
+        "  missing: {requires: [jax.experimental.no_such_module], body: return x + y}\n"))
     reference = (root / "generated" / "add" / "reference.py").read_text()
     assert "def add_xla(x, y, *, bm=8, bn=128):" in reference and "    return jnp.add(x, y)\n" in reference
     assert "\"gpu_only\": (add_gpu_only, ('gpu',))," in reference
+    assert "COMPETITOR_REQUIRES = {\n    \"missing\": ('jax.experimental.no_such_module',),\n}\n" in reference
     report = tmp_path / "b.json"
     rc, out, err = kspec("bench", "--backend", "interpret", "--samples", "3", "--seed", "3", "--json", report, cwd=root)
     assert rc == 1, out + err
@@ -122,6 +125,8 @@ def test_competitors_are_checked_timed_beside_the_kernel_and_held_to_their_floor
     lo, hi = xla["speedup_ci95"]
     assert lo <= xla["speedup"] <= hi and xla["ms"] > 0 and len(holds["samples_ms"]["competitor:xla"]) == 3
     assert holds["competitors"]["gpu_only"] == {"status": "skip", "message": "runs on gpu, not on cpu"}
+    assert holds["competitors"]["missing"] == {
+        "status": "skip", "message": f"needs jax.experimental.no_such_module, which jax {jax.__version__} does not have"}
     assert holds["competitors"]["wrong"]["status"] == "fail"
     assert holds["competitors"]["wrong"]["message"].startswith("not timed, wrong result: ")
     assert holds["competitors"]["broken"]["status"] == "error"
@@ -161,6 +166,13 @@ def test_min_speedup_over_must_name_a_competitor(tmp_path):
     rc, out, err = kspec("check", bad)
     line = next(i for i, t in enumerate(bad.read_text().splitlines(), 1) if "import torch" in t)
     assert rc == 2 and f"{bad}:{line}:7: error[E601]: competitor `t`: import of `torch`" in out + err
+    # `requires` names modules of jax or numpy only: bench looks them up, and the body imports nothing else.
+    bad.write_text(spec.replace("reference: |\n  return x + y\n",
+                                "reference: |\n  return x + y\ncompetitors:\n  t: {requires: [torch], body: return x + y}\n"))
+    rc, out, err = kspec("check", bad)
+    line = next(i for i, t in enumerate(bad.read_text().splitlines(), 1) if "requires" in t)
+    assert rc == 2 and (f"{bad}:{line}:18: error[E200]: competitors.t.requires.0 must be a module of jax, jaxlib or "
+                        "numpy, e.g. jax.experimental.pallas.ops.gpu.attention_mgpu") in out + err
     # Its function is `<kernel>_<name>`, beside `<kernel>_reference`.
     bad.write_text(spec.replace("reference: |\n  return x + y\n",
                                 "reference: |\n  return x + y\ncompetitors:\n  reference: {body: return x + y}\n"))

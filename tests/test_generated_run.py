@@ -76,7 +76,7 @@ def test_every_spec_is_run():
     assert all("interpret" in s.variants for s in SPECS.values())
     assert {n for n, s in ALL_SPECS.items() if s.kind == "mesh"} == {
         "matmul_persistent", "matmul_bias_gelu_persistent", "matmul_pingpong", "matmul_bias_gelu_pingpong",
-        "rms_norm_cores", "layer_norm_tma", "rms_norm_tma", "softmax_tma"}
+        "rms_norm_cores", "layer_norm_tma", "rms_norm_tma", "softmax_tma", "flash_attention_hopper"}
 
 
 @pytest.mark.parametrize("name, case_name, dtypes", list(_runs()))

@@ -39,7 +39,7 @@ def results(path: Path) -> list:
 
 # Mosaic GPU only (test_mesh runs the three row-streaming kernels in Mosaic GPU interpret mode).
 GPU_ONLY = {"matmul_persistent", "matmul_bias_gelu_persistent", "matmul_pingpong", "matmul_bias_gelu_pingpong",
-            "layer_norm_tma", "rms_norm_tma", "softmax_tma"}
+            "layer_norm_tma", "rms_norm_tma", "softmax_tma", "flash_attention_hopper"}
 
 
 def test_shipped_library_passes_on_interpret_and_tpu_interpret(tmp_path):

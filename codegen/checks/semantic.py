@@ -43,11 +43,13 @@ from kspec.codegen.spec.model import Case, Code, DimKind, InitKind, KernelSpec, 
 # as locals (an output is never one). tests/test_no_exec.py derives both from the library's
 # generated code and checks that they are here.
 TEMPLATE_NAMES = frozenset({
-    "AUTO", "AXIS_NAMES", "BACKENDS", "CHECK_VMA", "COMPETITORS", "DEFAULTS", "INITS", "IN_SPECS", "MESH_AXES",
+    "AUTO", "AXIS_NAMES", "BACKENDS", "CHECK_VMA", "COMPETITORS", "COMPETITOR_REQUIRES", "DEFAULTS", "INITS", "IN_SPECS",
+    "MESH_AXES",
     "NamedSharding", "NoGradientError", "OUT_SPECS", "P", "PASSED_ON", "PLATFORMS", "REFERENCE_PARAMS", "TABLE", "available_backends", "bind", "bucket",
     "contextlib", "crop", "differentiable", "importlib", "make_mesh", "manual_axis_type", "resolve",
     "satisfies_constraints", "select_backend", "select_sharded_backend", "whole", "whole_blocks",
-    "KernelFallbackWarning", "UnsupportedCallError", "SLOWER", "check_call", "choose", "defaults", "slower", "why_not",
+    "KernelFallbackWarning", "UnsupportedCallError", "SLOWER", "GRAD_SLOWER", "check_call", "choose", "defaults",
+    "reference_gradient", "slower", "why_not",
 })
 TEMPLATE_LOCALS = frozenset({"chosen", "mesh", "module", "num_sms", "options", "out", "params"})
 RESERVED = frozenset(

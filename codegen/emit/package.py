@@ -15,13 +15,14 @@ def reference(sig: Signature) -> dict:
     base = sig.reference_variant
     competitors = [
         {"name": c.name, "doc": c.doc or f"The `{c.name}` competitor.", "platforms": c.platforms,
-         "platforms_repr": repr(tuple(c.platforms)),
+         "platforms_repr": repr(tuple(c.platforms)), "requires_repr": repr(tuple(c.requires)),
          "body": c.body.source}
         for c in sig.spec.competitors
     ]
     inits = [_init_code(op, sig.spec.init_scope) for op in sig.spec.inputs if op.init is not None and op.init.code is not None]
     return dict(sig.common(), signature=sig.signature_of(base), reference=sig.spec.reference.source,
-                mesh_sizes=list(sig.spec.mesh_sizes.items()), competitors=competitors, inits=inits)
+                mesh_sizes=list(sig.spec.mesh_sizes.items()), competitors=competitors, inits=inits,
+                requiring=[c for c, spec_c in zip(competitors, sig.spec.competitors) if spec_c.requires])
 
 
 def _init_code(op, scope: tuple) -> dict:

@@ -281,6 +281,26 @@ def _grad_calls(task, prep, vjp_module, start: float, forward_on_reference: bool
     return gradrun.judge(task, prep, found), _fwd_bwd(fn, found.wrt, n), _fwd_bwd(reference, found.wrt, n), found
 
 
+def _not_here(module, name: str, platforms: tuple, platform: str) -> str | None:
+    """Why competitor `name` of the generated reference `module` is skipped on this platform
+    (None: it runs): a platform it does not run on, or a module of its `requires` that this jax
+    does not have."""
+    import importlib.util
+
+    import jax
+
+    if platform not in platforms:
+        return f"runs on {', '.join(platforms)}, not on {platform}"
+    for required in getattr(module, "COMPETITOR_REQUIRES", {}).get(name, ()):
+        try:
+            found = importlib.util.find_spec(required) is not None
+        except ImportError:  # a parent package is missing
+            found = False
+        if not found:
+            return f"needs {required}, which jax {jax.__version__} does not have"
+    return None
+
+
 def _grad_competitors(task, prep, platform: str, found):
     """_competitors for a grad bench task: each competitor's forward and backward pass by jax's
     autodiff under the check's cotangents, its gradients held to the reference's in `found`."""
@@ -290,12 +310,12 @@ def _grad_competitors(task, prep, platform: str, found):
 
     from kspec.codegen.run.compare import compare_within
 
-    declared = getattr(sys.modules[prep.ref_fn.__module__], "COMPETITORS", {})
+    module = sys.modules[prep.ref_fn.__module__]
     args = list(prep.inputs) + list(found.cotangents)
     tol = dt.tolerance(list(prep.dtypes.values()), prep.spec.tolerance, prep.case.tolerance)
-    for name, (fn, platforms) in declared.items():
-        if platform not in platforms:
-            yield name, {"status": "skip", "message": f"runs on {', '.join(platforms)}, not on {platform}"}
+    for name, (fn, platforms) in getattr(module, "COMPETITORS", {}).items():
+        if (why := _not_here(module, name, platforms, platform)) is not None:
+            yield name, {"status": "skip", "message": why}
             continue
         call = _fwd_bwd(functools.partial(fn, **prep.ref_params), found.wrt, len(prep.inputs))
         try:
@@ -320,10 +340,10 @@ def _competitors(task, prep, platform: str, check_outputs):
 
     import jax
 
-    declared = getattr(sys.modules[prep.ref_fn.__module__], "COMPETITORS", {})
-    for name, (fn, platforms) in declared.items():
-        if platform not in platforms:
-            yield name, {"status": "skip", "message": f"runs on {', '.join(platforms)}, not on {platform}"}
+    module = sys.modules[prep.ref_fn.__module__]
+    for name, (fn, platforms) in getattr(module, "COMPETITORS", {}).items():
+        if (why := _not_here(module, name, platforms, platform)) is not None:
+            yield name, {"status": "skip", "message": why}
             continue
         call = functools.partial(fn, **prep.ref_params)
         try:

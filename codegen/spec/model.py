@@ -445,6 +445,7 @@ class Competitor:
     platforms: tuple  # jax platforms it runs on: cpu, gpu, tpu
     doc: str
     loc: Location
+    requires: tuple = ()  # modules it needs that not every jax has: bench skips it where one is missing
 
 
 @dataclasses.dataclass(frozen=True)
@@ -977,7 +978,8 @@ class _Runs(_Parser):
     def competitors(self, raw: Mapping | None) -> tuple:
         return tuple(
             Competitor(name, self.code(("competitors", name, "body")), tuple(c.get("platforms") or ("cpu", "gpu", "tpu")),
-                       str(c.get("doc", "")).strip(), self.doc.key_loc(("competitors", name)))
+                       str(c.get("doc", "")).strip(), self.doc.key_loc(("competitors", name)),
+                       tuple(c.get("requires") or ()))
             for name, c in (raw or {}).items()
         )
 

@@ -1,5 +1,6 @@
 """run/timing.py and run/bench.py: the figures of a bench row (the median and its interval, the
-ratios taken round by round, the roofline bound). tests/test_bench.py times kernels through `kspec bench`."""
+ratios taken round by round, the roofline bound) and which competitors it skips. tests/test_bench.py
+times kernels through `kspec bench`."""
 
 from __future__ import annotations
 
@@ -47,3 +48,19 @@ def test_roofline_bound_decides_whether_a_copy_is_timed_alongside():
     assert benchrun._bound(h200, "float32", *norm) == "memory"
     assert benchrun._bound(h200, "float32", None, 1 << 20) == "memory"
     assert benchrun._bound(None, "float32", *norm) is None
+
+
+def test_a_competitor_is_skipped_off_its_platforms_or_without_a_module_it_requires():
+    import types
+
+    import jax
+
+    module = types.SimpleNamespace(COMPETITOR_REQUIRES={
+        "gone": ("jax.experimental.no_such_module",), "no_parent": ("jax.no_such_package.ops",), "here": ("jax.numpy",)})
+    assert benchrun._not_here(module, "here", ("cpu",), "gpu") == "runs on cpu, not on gpu"
+    assert benchrun._not_here(module, "here", ("cpu", "gpu"), "cpu") is None
+    assert benchrun._not_here(module, "plain", ("cpu",), "cpu") is None
+    for name, missing in (("gone", "jax.experimental.no_such_module"), ("no_parent", "jax.no_such_package.ops")):
+        assert benchrun._not_here(module, name, ("cpu",), "cpu") == f"needs {missing}, which jax {jax.__version__} does not have"
+    # A module without requirements (specs without `requires:`) skips nothing for want of one.
+    assert benchrun._not_here(types.SimpleNamespace(), "any", ("cpu",), "cpu") is None
