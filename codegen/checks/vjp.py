@@ -411,7 +411,9 @@ def _runs(spec, entry: Backward, bspec, case, assign: dict, bdims: dict, budget:
                 out.append(Diagnostic("E428", f"{where} does not take these dtypes", case.loc,
                                       f"allow them in {entry.spec}'s backends.{backend}.dtypes"))
                 continue
-            inst, found = instances.instantiate(bspec, bvariant, bcase, bdtypes, budget=budget)
+            # The pallas_call's operands: a backward spec with a prologue runs its kernel on its own.
+            inst, found = instances.instantiate(bspec.kernel_view, bvariant, bcase, instances.completed(bspec, bdtypes),
+                                                budget=budget)
             found += rules.check(inst) if inst is not None else []
             out += [Diagnostic("E428", f"{where} cannot run it: {d.message} [{d.code}]", case.loc,
                                f"in {entry.spec}: {d.hint}" if d.hint else f"see {d.loc}")
