@@ -9,6 +9,7 @@ attention, whose backward kernels recompute the probabilities from its residual 
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import subprocess
