@@ -41,6 +41,22 @@ backends:
 """
 
 
+def test_a_family_leaves_optional_inputs_out():
+    """`absent:` on a family: every shape leaves those optional inputs out, as a case does; a name that is
+    not an optional input is E442 at the family's shapes."""
+    from kspec.codegen.checks import wrapper
+
+    from test_optional_inputs import BIASED
+
+    text = BIASED + "families:\n  plain:\n    dims: {M: [16, 32], N: [128]}\n    absent: [bias]\n"
+    spec = build_spec(text)
+    assert [(c.name, c.absent) for c in spec.sweep] == [("plain_M16_N128", ("bias",)), ("plain_M32_N128", ("bias",))]
+    assert not wrapper.check(spec)
+    found = wrapper.check(build_spec(text.replace("    absent: [bias]\n", "    absent: [x]\n")))
+    assert [d.message for d in found] == ["case `plain_M16_N128`: absent `x` is not an optional input",
+                                          "case `plain_M32_N128`: absent `x` is not an optional input"]
+
+
 def test_a_family_expands_to_named_cases_crossed_zipped_and_over_ranges():
     spec = build_spec(SPEC.replace("""    dims: {M: [4, 8], N: [3, 4, 16]}
     dtype: float32""", """    dims: {M: [4, 8], N: [3, 4, 16]}

@@ -89,6 +89,27 @@ def test_the_functions_take_the_optional_input_as_a_keyword(tmp_path):
     assert "def biased(x, bias=None, *, bm=16):" in (tmp_path / "generated" / "biased" / "interpret.py").read_text()
 
 
+def test_the_body_knows_whether_the_call_gave_the_input(tmp_path):
+    """`has_bias`: a static boolean in the body. A body that adds the bias only under it never reads the
+    stand-in of a bias the call left out (NaNs here), in both backends; a body reading `has_x` for a
+    required input is E602."""
+    spec = mutate(BIASED, ("jnp.zeros((N,), x.dtype)", "jnp.full((N,), jnp.nan, x.dtype)"),
+                  ("o_ref[...] = x_ref[...] + b_ref[...]",
+                   "o_ref[...] = x_ref[...] + b_ref[...] if has_bias else x_ref[...]"))
+    _write(tmp_path, spec)
+    both = {(c, d) for c in ("with_bias", "without") for d in ("float32", "bfloat16")}
+    assert _verify(tmp_path) == {(c, d, "pass") for c, d in both}
+    assert "    has_bias = bias is not None\n" in (tmp_path / "generated" / "biased" / "mosaic_tpu.py").read_text()
+    # without the flag the body adds the NaNs
+    _write(tmp_path, mutate(spec, (" if has_bias else x_ref[...]", "")))
+    assert _verify(tmp_path) == {(c, d, "pass" if c == "with_bias" else "fail") for c, d in both}
+    _write(tmp_path, mutate(spec, ("if has_bias else", "if has_x else")))
+    r = invoke_kspec("check", "specs/biased.yaml", cwd=tmp_path)
+    assert (r.rc, r.out.splitlines()[:2]) == (2, [
+        "specs/biased.yaml:21:43: error[E602]: body: unknown name `has_x`",
+        "  = help: did you mean `has_bias`?"]), r.out
+
+
 MISUSE = {
     "no prologue": (
         (("kernel:\n  inputs:\n    x: {shape: [M, N], dtype: x}\n    b: {shape: [1, N], dtype: x}\n"

@@ -9,6 +9,7 @@ attention, whose backward kernels recompute the probabilities from its residual 
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import subprocess
@@ -198,4 +199,62 @@ def test_flash_attention_gradients_match_the_reference(causal):
         want = jax.grad(loss(flash_attention_reference), argnums=(0, 1, 2))(q, k, v)
     for g, r in zip(got, want):
         assert g.shape == r.shape and g.dtype == r.dtype
+        np.testing.assert_allclose(np.asarray(g), np.asarray(r), rtol=1e-4, atol=1e-5)
+
+
+def _grouped(seed: int, S: int, H: int = 4, Hkv: int = 2, D: int = 64):
+    """q and a cotangent of [1, S, H, D], k and v of [1, S, Hkv, D]."""
+    keys = jax.random.split(jax.random.key(seed), 4)
+    q, w = (jax.random.normal(keys[n], (1, S, H, D), jnp.float32) for n in (0, 3))
+    k, v = (jax.random.normal(keys[n], (1, S, Hkv, D), jnp.float32) for n in (1, 2))
+    return q, k, v, w
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_flash_attention_with_grouped_heads_packed_sequences_and_ragged_s(causal):
+    """4 query heads over 2 key/value heads, three sequences packed into one row (sorted runs of segment
+    ids, the keys' taken to be the queries'), S = 200 in blocks of 64: the output and the gradients of q, k
+    and v match the reference, and each sequence's output is that of the sequence alone."""
+    from generated.flash_attention import flash_attention, flash_attention_reference
+
+    q, k, v, w = _grouped(3, 200)
+    ids = jnp.repeat(jnp.arange(3, dtype=jnp.int32), jnp.array([70, 90, 40]), total_repeat_length=200)[None]
+
+    def loss(fn):
+        return lambda q, k, v: jnp.sum(fn(q, k, v, q_segment_ids=ids, causal=causal) * w)
+
+    kernel = functools.partial(flash_attention, backend="interpret")
+    o = kernel(q, k, v, q_segment_ids=ids, causal=causal)
+    got = jax.jit(jax.grad(loss(kernel), argnums=(0, 1, 2)))(q, k, v)
+    with jax.default_matmul_precision("highest"):
+        want_o = flash_attention_reference(q, k, v, q_segment_ids=ids, causal=causal)
+        want = jax.grad(loss(flash_attention_reference), argnums=(0, 1, 2))(q, k, v)
+    np.testing.assert_allclose(np.asarray(o), np.asarray(want_o), rtol=1e-4, atol=1e-5)
+    for g, r in zip(got, want):
+        assert g.shape == r.shape and g.dtype == r.dtype
+        np.testing.assert_allclose(np.asarray(g), np.asarray(r), rtol=1e-4, atol=1e-5)
+    alone = kernel(q[:, 70:160], k[:, 70:160], v[:, 70:160], causal=causal)
+    np.testing.assert_allclose(np.asarray(o[:, 70:160]), np.asarray(alone), rtol=1e-5, atol=1e-6)
+
+
+def test_a_query_without_keys_of_its_segment_gets_zero():
+    """Queries 10 to 19 are of a segment no key has: their output is 0 and their lse 0, which the backward
+    kernels take as it is (their probabilities are 0), so every gradient is finite and matches the reference."""
+    from generated.flash_attention import flash_attention, flash_attention_reference, interpret
+
+    q, k, v, w = _grouped(4, 128, H=2, Hkv=1)
+    kv_ids = jnp.zeros((1, 128), jnp.int32)
+    q_ids = kv_ids.at[:, 10:20].set(5)
+    o, lse = interpret.flash_attention(q, k, v, q_segment_ids=q_ids, kv_segment_ids=kv_ids, residuals=True)
+    assert not np.asarray(o[:, 10:20]).any() and not np.asarray(lse[:, :, 10:20]).any()
+    assert np.asarray(o[:, :10]).all() and np.isfinite(np.asarray(lse)).all()
+
+    def loss(fn):
+        return lambda q, k, v: jnp.sum(fn(q, k, v, q_segment_ids=q_ids, kv_segment_ids=kv_ids) * w)
+
+    got = jax.grad(loss(functools.partial(flash_attention, backend="interpret")), argnums=(0, 1, 2))(q, k, v)
+    with jax.default_matmul_precision("highest"):
+        want = jax.grad(loss(flash_attention_reference), argnums=(0, 1, 2))(q, k, v)
+    assert not np.asarray(got[0][:, 10:20]).any()
+    for g, r in zip(got, want):
         np.testing.assert_allclose(np.asarray(g), np.asarray(r), rtol=1e-4, atol=1e-5)

@@ -461,3 +461,22 @@ def test_tune_grad_records_the_forward_and_backward_pass_against_the_references_
     r = invoke_kspec("tune", "--grad", "--samples", "3", "--seed", "1", cwd=tmp_path, timeout=600)
     assert r.rc == 0 and "sq[interpret] b float32: recorded already" in r.both, r.both
     assert len(json.loads((tmp_path / "tuning" / "sq" / f"{kind.replace(' ', '_')}.json").read_text())["entries"]) == 1
+
+
+def test_an_optional_backward_input_may_be_left_unbound(tmp_path):
+    """flash attention's backward specs take optional segment ids: a forward pass that binds none of them
+    checks, and its backward pass passes None for them; a required input left unbound is still E422."""
+    (tmp_path / "specs").mkdir()
+    for name in ("flash_attention", "flash_attention_dq", "flash_attention_dkdv"):
+        shutil.copy(REPO / "specs" / f"{name}.yaml", tmp_path / "specs")
+    forward = tmp_path / "specs" / "flash_attention.yaml"
+    text = forward.read_text()
+    assert text.count(", q_segment_ids: q_segment_ids, kv_segment_ids: kv_segment_ids}") == 2
+    forward.write_text(text.replace(", q_segment_ids: q_segment_ids, kv_segment_ids: kv_segment_ids}", "}")
+                       .replace("residuals: [q, k, v, o, lse, q_segment_ids, kv_segment_ids]", "residuals: [q, k, v, o, lse]"))
+    assert invoke_kspec("generate", cwd=tmp_path).rc == 0
+    vjp = (tmp_path / "generated" / "flash_attention" / "_vjp.py").read_text()
+    assert "_grad_q = _flash_attention_dq(q, k, v, o, _grad_o, lse, None, None)" in vjp
+    forward.write_text(forward.read_text().replace("o: o, do: grad(o), lse: lse}", "o: o, do: grad(o)}", 1))
+    r = invoke_kspec("check", "specs/flash_attention.yaml", cwd=tmp_path)
+    assert r.rc == 2 and "error[E422]: flash_attention_dq.yaml: input `lse` of flash_attention_dq is not bound" in r.out, r.out

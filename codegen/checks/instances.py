@@ -57,6 +57,19 @@ def dtype_combinations(spec: KernelSpec, case: Case) -> int:
     return total
 
 
+def completed(spec: KernelSpec, assign: dict) -> dict:
+    """`assign` (the dtypes of the inputs with a choice) with every other operand's dtype added."""
+    assign = dict(assign)
+    for op in spec.operands + spec.kernel_only:  # kernel operands: a fixed dtype or an input's
+        if op.follows is not None:
+            assign[op.name] = assign[op.follows]
+        elif op.dtype_map is not None:
+            assign[op.name] = op.dtype_map.of(assign[op.dtype_map.source])
+        elif op.role == Role.OUTPUT or op.kernel:
+            assign[op.name] = op.dtypes[0]
+    return assign
+
+
 class DtypeAssignments:
     """Every operand's dtype, for each dtype combination the case runs: a lazy sequence
     (len, indexing and iteration build one assignment at a time, never the whole list)."""
@@ -69,15 +82,7 @@ class DtypeAssignments:
             self.count *= len(options)
 
     def _assign(self, combo) -> dict:
-        assign = dict(zip((name for name, _ in self.choices), combo))
-        for op in self.spec.operands + self.spec.kernel_only:  # kernel operands: a fixed dtype or an input's
-            if op.follows is not None:
-                assign[op.name] = assign[op.follows]
-            elif op.dtype_map is not None:
-                assign[op.name] = op.dtype_map.of(assign[op.dtype_map.source])
-            elif op.role == Role.OUTPUT or op.kernel:
-                assign[op.name] = op.dtypes[0]
-        return assign
+        return completed(self.spec, dict(zip((name for name, _ in self.choices), combo)))
 
     def __len__(self) -> int:
         return self.count

@@ -64,7 +64,8 @@ def check(spec: KernelSpec) -> list:
         if variant.body.origin in seen:
             continue  # one body shared by several backends: its names are checked against the first
         seen.add(variant.body.origin)
-        out += _unknown(variant.body, "body", _kernel_scope(spec.kernel_view, variant))
+        given = {o.given_flag for o in spec.inputs if o.optional}
+        out += _unknown(variant.body, "body", _kernel_scope(spec.kernel_view, variant) | given)
     return out
 
 

@@ -202,6 +202,11 @@ def _param(spec, entry: Backward, fparam: str, loc: Location) -> list:
     return []
 
 
+def bound_inputs(entry: Backward, bspec) -> list:
+    """The backward spec's inputs the entry binds: all but the optional ones it leaves out (None)."""
+    return [op for op in bspec.inputs if entry.binding(op.name) is not None]
+
+
 def _against(spec, entry: Backward, bspec) -> list:
     """The entry against the backward spec: every input bound, names that exist, backends."""
     out = []
@@ -212,7 +217,7 @@ def _against(spec, entry: Backward, bspec) -> list:
             out.append(Diagnostic("E422", f"{entry.spec}: inputs: `{b.target}` is not an input of {bspec.name}", b.loc,
                                   did_you_mean(b.target, binputs)))
     for name in binputs:
-        if entry.binding(name) is None:
+        if entry.binding(name) is None and not bspec.operand(name).optional:  # an optional one left unbound gets None
             out.append(Diagnostic("E422", f"{entry.spec}: input `{name}` of {bspec.name} is not bound", entry.inputs_loc,
                                   "bind it to a residual or to grad(<output>)"))
     bparams = {p.name for v in bspec.variants.values() for p in v.params}
@@ -310,7 +315,7 @@ def _forward_shapes(spec, case) -> dict | None:
 def _backward_dims(entry: Backward, bspec, shapes: dict) -> dict:
     """The backward kernel's dims, read from the shapes its inputs are bound to."""
     dims: dict = {}
-    for op in bspec.inputs:
+    for op in bound_inputs(entry, bspec):
         b = entry.binding(op.name)
         for e, n in zip(op.shape, shapes[b.source]):
             if e.source in bspec.dims:
@@ -331,7 +336,7 @@ def _shown(op) -> str:
 
 def _shapes(entry: Backward, bspec, case, shapes: dict, env: dict) -> list:
     out = []
-    for op in bspec.inputs:
+    for op in bound_inputs(entry, bspec):
         b = entry.binding(op.name)
         want, got = _eval_shape(op, env), shapes[b.source]
         if want != got:
@@ -357,7 +362,7 @@ def _shapes(entry: Backward, bspec, case, shapes: dict, env: dict) -> list:
 
 def _backward_dtypes(entry: Backward, bspec, assign: dict) -> dict:
     """The backward kernel's operand dtypes, from the dtypes of what its inputs are bound to."""
-    out = {op.name: assign[entry.binding(op.name).source] for op in bspec.inputs}
+    out = {op.name: assign[entry.binding(op.name).source] for op in bound_inputs(entry, bspec)}
     for op in bspec.outputs:
         if op.dtype_map is not None:
             out[op.name] = op.dtype_map.of(out[op.dtype_map.source])
@@ -369,7 +374,7 @@ def _backward_dtypes(entry: Backward, bspec, assign: dict) -> dict:
 def _dtypes(entry: Backward, bspec, case, assign: dict) -> list:
     out = []
     bdtypes = _backward_dtypes(entry, bspec, assign)
-    for op in bspec.inputs:
+    for op in bound_inputs(entry, bspec):
         got = bdtypes[op.name]
         allowed = (bdtypes[op.follows],) if op.follows else op.dtypes
         if got not in allowed:
@@ -395,9 +400,11 @@ def _runs(spec, entry: Backward, bspec, case, assign: dict, bdims: dict, budget:
     """E428: the backward kernels' own checks on the problem this forward case gives them."""
 
     bdtypes = _backward_dtypes(entry, bspec, assign)
+    bound = bound_inputs(entry, bspec)
     bcase = model.Case(
-        case.name, bdims, {op.name: bdtypes[op.name] for op in bspec.inputs if op.follows is None},
+        case.name, bdims, {op.name: bdtypes[op.name] for op in bound if op.follows is None},
         {bp: _param_value(spec, case, fp) for bp, fp in entry.params.items()}, {}, case.loc,
+        absent=tuple(op.name for op in bspec.inputs if op not in bound),
     )
     label = ",".join(dict.fromkeys(assign[o.name] for o in spec.inputs))
     out = []
@@ -411,7 +418,9 @@ def _runs(spec, entry: Backward, bspec, case, assign: dict, bdims: dict, budget:
                 out.append(Diagnostic("E428", f"{where} does not take these dtypes", case.loc,
                                       f"allow them in {entry.spec}'s backends.{backend}.dtypes"))
                 continue
-            inst, found = instances.instantiate(bspec, bvariant, bcase, bdtypes, budget=budget)
+            # The pallas_call's operands: a backward spec with a prologue runs its kernel on its own.
+            inst, found = instances.instantiate(bspec.kernel_view, bvariant, bcase, instances.completed(bspec, bdtypes),
+                                                budget=budget)
             found += rules.check(inst) if inst is not None else []
             out += [Diagnostic("E428", f"{where} cannot run it: {d.message} [{d.code}]", case.loc,
                                f"in {entry.spec}: {d.hint}" if d.hint else f"see {d.loc}")

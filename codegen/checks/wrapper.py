@@ -66,7 +66,7 @@ def _optional(spec: KernelSpec) -> list:
                              f"give {followers[0]} a dtype of its own"))
         out += [Diagnostic("E442", f"optional input `{op.name}` {p}", op.loc, hint) for p, hint in problems]
     names = {o.name for o in optional}
-    for case in spec.cases + spec.bench:
+    for case in spec.cases + spec.bench + spec.sweep:
         for name in case.absent:
             if name not in names:
                 out.append(Diagnostic("E442", f"case `{case.name}`: absent `{name}` is not an optional input", case.loc,

@@ -108,6 +108,9 @@ def _wrapped(sig: Signature, variant: Variant) -> dict:
         out[key] = facing[key]
     kernel_inputs, kernel_outputs = [o.name for o in w.inputs], [o.name for o in w.outputs]
     static = [p.name for p in variant.params] + list(spec.dims)
+    # The body learns which optional inputs the call gave: a static `has_<name>` each.
+    given = [o for o in spec.inputs if o.optional]
+    out["kernel_kwargs"] = out["kernel_kwargs"] + [o.given_flag for o in given]
     out["wrapper"] = {
         "user_inputs": sig.inputs,
         "kwargs": ", ".join(f"{k}={k}" for k in static),
@@ -119,6 +122,7 @@ def _wrapped(sig: Signature, variant: Variant) -> dict:
         "kernel_inputs_lhs": ", ".join(kernel_inputs),  # one: the prologue returns it, not a tuple
         "kernel_outputs_lhs": ", ".join(kernel_outputs),
         "kernel_shapes": [(o.name, tuple_src(e.render() for e in o.shape)) for o in w.inputs],
+        "given": [(o.given_flag, o.name) for o in given],
         # the epilogue returns every output; the function, the others unless residuals=True
         "keep": facing["keep"] if w.epilogue is not None else None,
     }

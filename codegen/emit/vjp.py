@@ -25,7 +25,7 @@ def vjp(sig: Signature, linked: tuple) -> dict:
                 dtype = {"fixed": jnp_dtype(what), "residual": f"{what}.dtype", "cotangent": f"_grad_{what}.dtype"}[kind]
                 grads[g.input] = f"_sum_partials(_grad_{g.input}, {extra}, {dtype})"
         args = [
-            f"_grad_{b.source}" if b.cotangent else b.source
+            "None" if b is None else f"_grad_{b.source}" if b.cotangent else b.source  # None: an optional input left out
             for b in (entry.binding(op.name) for op in bspec.inputs)
         ]
         made = ", ".join(f"{g.output} -> {g.input}" + (" (summed)" if g.reduce else "") for g in entry.grads)

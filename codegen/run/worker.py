@@ -502,7 +502,7 @@ def _lower(task: LowerTask, fn, inputs, params, start: float) -> Result:
 
     from kspec.codegen.run import lowering
 
-    shapes = [jax.ShapeDtypeStruct(x.shape, x.dtype) for x in inputs]
+    shapes = [None if x is None else jax.ShapeDtypeStruct(x.shape, x.dtype) for x in inputs]  # None: an absent optional input
     with contextlib.redirect_stderr(io.StringIO()), lowering.target(task.backend):
         lowered = jax.jit(functools.partial(fn, **params)).trace(*shapes).lower(
             lowering_platforms=(lowering.platform(task.backend),))

@@ -250,6 +250,11 @@ class Operand:
     def rank(self) -> int:
         return len(self.shape)
 
+    @property
+    def given_flag(self) -> str:
+        """An optional input's static boolean in the body: whether the call gave it."""
+        return f"has_{self.name}"
+
 
 BLOCKED, SQUEEZED, ELEMENT, BOUNDED = DimKind.BLOCKED, DimKind.SQUEEZED, DimKind.ELEMENT, DimKind.BOUNDED
 
@@ -969,7 +974,8 @@ class _Runs(_Parser):
             dtypes = [None] if dtypes is None else [dtypes] if isinstance(dtypes, str) else list(dtypes)
             cases = tuple(
                 Case(f"{name}_" + "_".join(f"{d}{n}" for d, n in shape.items()), shape, dtype,
-                     dict(fam.get("params") or {}), dict(fam.get("tolerance") or {}), loc)
+                     dict(fam.get("params") or {}), dict(fam.get("tolerance") or {}), loc,
+                     absent=tuple(fam.get("absent") or ()))
                 for shape in shapes for dtype in dtypes
             )
             out.append(Family(name, str(fam.get("doc", "")).strip(), cases, loc))

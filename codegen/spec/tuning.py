@@ -65,6 +65,12 @@ bucket = _runtime.bucket  # each dim rounded up to a power of two
 dtype_label = _runtime.dtype_label_of  # the inputs' dtype names, each once, in order: "bfloat16,float32"
 
 
+def case_dtype_label(spec, case, assign: dict) -> str:
+    """The dtype label of a case's call: its inputs' dtypes, without the optional inputs it leaves
+    out, as a generated package labels a call that passes None for them."""
+    return dtype_label(assign[o.name] for o in spec.inputs if o.name not in case.absent)
+
+
 def file_name(device_kind: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "_", device_kind).strip("_") + ".json"
 

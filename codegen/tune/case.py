@@ -39,7 +39,7 @@ class CaseJob:
 
     @property
     def label(self) -> str:
-        return tg.dtype_label(self.assign[o.name] for o in self.spec.inputs)
+        return tg.case_dtype_label(self.spec, self.case, self.assign)
 
     def base(self) -> dict:
         """The fields every trial of this job records: what a tuned config is keyed by."""

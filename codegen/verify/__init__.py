@@ -33,7 +33,7 @@ def matrix(compiled: list, *, backends: list, cases: list, suite: str = "cases")
                 if cases and case.name not in cases:
                     continue
                 for assign in instances.dtype_assignments(spec, case):
-                    label = tuning.dtype_label(assign[o.name] for o in spec.inputs)
+                    label = tuning.case_dtype_label(spec, case, assign)
                     yield c, name, i, case, assign, label
 
 
@@ -55,7 +55,7 @@ def derived_matrix(compiled: list, *, backends: list, cases: list, exhaustive: b
                     variant = spec.variants[name]
                     assigns = [next((a for a in assigns if variant.supports(a)), assigns[0])]
                 for assign in assigns:
-                    label = tuning.dtype_label(assign[o.name] for o in spec.inputs)
+                    label = tuning.case_dtype_label(spec, d.case, assign)
                     yield c, name, index[d.base], d, assign, label
 
 
