@@ -94,9 +94,9 @@ def test_the_default_gives_each_case_the_next_kind(tmp_path):
 
 @pytest.mark.parametrize("value, says", [
     ("wide", "error: --inputs: unknown input kind 'wide'; use default, all, normal or kinds from: large, "
-             "equal_rows, zero_rows, negative_rows\n"),
+             "equal_rows, zero_rows, negative_rows, opposed_rows\n"),
     ("large,all", "error: --inputs: unknown input kind 'all'; use default, all, normal or kinds from: large, "
-                  "equal_rows, zero_rows, negative_rows\n"),
+                  "equal_rows, zero_rows, negative_rows, opposed_rows\n"),
 ])
 def test_an_unknown_input_kind_is_a_usage_error(tmp_path, value, says):
     r = invoke_kspec("verify", "--inputs", value, cwd=tmp_path)
@@ -106,7 +106,7 @@ def test_an_unknown_input_kind_is_a_usage_error(tmp_path, value, says):
 @pytest.mark.parametrize("edit, expected", [
     (("x: {shape: [M, N], dtype: float32}", "x: {shape: [M, N], dtype: float32, kinds: [huge]}"),
      'specs/s.yaml:8:46: error[E200]: inputs.x.kinds.0 must be one of "large", "equal_rows", "zero_rows", '
-     '"negative_rows"'),
+     '"negative_rows", "opposed_rows"'),
     (("x: {shape: [M, N], dtype: float32}", "x: {shape: [M, N], dtype: float32, kinds: [large, large]}"),
      "specs/s.yaml:8:45: error[E200]: inputs.x.kinds: ['large', 'large'] has non-unique elements"),
     (("x: {shape: [M, N], dtype: float32}", "x: {shape: [M, N], dtype: bool, kinds: [large]}"),

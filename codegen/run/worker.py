@@ -315,7 +315,7 @@ def _other_kinds(task: RunTask, prep: Prepared, passed: Result, start: float, ca
         taking = [prep.dtypes[op.name] for op in prep.spec.inputs if kind in kinds.takes(op, prep.dtypes[op.name])]
         inputs = [None if op.name in prep.case.absent else
                   make_input(task, op, prep.inst.shapes[op.name], prep.dtypes[op.name], prep.inst.env, prep.inst.shapes,
-                             kind) for op in prep.spec.inputs]
+                             kind, kinds.leads(prep.spec, op, kind, prep.dtypes)) for op in prep.spec.inputs]
         other = dataclasses.replace(prep, inputs=inputs, refs=None)
         try:
             out = _run_once(task, other, call, start, loose=True)
