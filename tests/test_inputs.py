@@ -117,3 +117,16 @@ def test_kinds_are_checked(tmp_path, edit, expected):
     (tmp_path / "specs" / "s.yaml").write_text(mutate(SOFTMAX.read_text(), edit))
     r = invoke_kspec("check", "specs/s.yaml", cwd=tmp_path)
     assert r.rc == 2 and r.out.splitlines()[0] == expected, r.out
+
+
+def test_scores_whose_max_starts_at_zero_fail_only_on_opposed_rows(tmp_path):
+    """A row max of x @ y^T that starts at 0 is exact on normal data; `opposed_rows`, which both inputs
+    list, makes every score of x's rows 0, 2, 4, ... very negative, and those rows become 0 / 0."""
+    proj = project(tmp_path, PLANTED / "scores_max_from_zero.yaml")
+    rc, rows, _ = verify(proj, "--inputs", "normal")
+    assert rc == 0 and [(r["status"], r["inputs"]) for r in rows] == [("pass", ["normal"])]
+    rc, rows, _ = verify(proj)  # the one case takes the one kind the inputs offer
+    assert rc == 1 and rows[0]["inputs"] == ["normal", "opposed_rows"]
+    assert rows[0]["message"] == (
+        "with opposed_rows inputs (rows 0, 2, 4, ... near -1000 in the first input taking it, |standard normal| "
+        "+ 0.5 in the others): output o: 1280 element(s) are NaN/Inf where the reference is finite")
