@@ -312,9 +312,9 @@ def verify(
     inputs: Optional[List[str]] = typer.Option(
         None, "--inputs", metavar="KINDS",
         help="Which input kinds each task runs the kernel on, besides standard normal data: default (one more "
-        "kind per case, the spec's cases taking large, equal_rows, zero_rows and negative_rows in turn), all "
-        "(every kind), normal (none), or kinds, comma-separated or repeated (e.g. --inputs large,zero_rows). "
-        "A failure names the kind.",
+        "kind per case, the spec's cases taking large, equal_rows, zero_rows and negative_rows in turn, then "
+        "opposed_rows where its inputs list it), all (every kind its inputs take), normal (none), or kinds, "
+        "comma-separated or repeated (e.g. --inputs large,zero_rows). A failure names the kind.",
     ),
     exhaustive: bool = typer.Option(
         False, "--exhaustive",

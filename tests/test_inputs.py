@@ -97,9 +97,9 @@ def test_the_default_gives_each_case_the_next_kind(tmp_path):
 
 @pytest.mark.parametrize("value, says", [
     ("wide", "error: --inputs: unknown input kind 'wide'; use default, all, normal or kinds from: large, "
-             "equal_rows, zero_rows, negative_rows\n"),
+             "equal_rows, zero_rows, negative_rows, opposed_rows\n"),
     ("large,all", "error: --inputs: unknown input kind 'all'; use default, all, normal or kinds from: large, "
-                  "equal_rows, zero_rows, negative_rows\n"),
+                  "equal_rows, zero_rows, negative_rows, opposed_rows\n"),
 ])
 def test_an_unknown_input_kind_is_a_usage_error(tmp_path, value, says):
     r = invoke_kspec("verify", "--inputs", value, cwd=tmp_path)
@@ -109,7 +109,7 @@ def test_an_unknown_input_kind_is_a_usage_error(tmp_path, value, says):
 @pytest.mark.parametrize("edit, expected", [
     (("x: {shape: [M, N], dtype: float32}", "x: {shape: [M, N], dtype: float32, kinds: [huge]}"),
      'specs/s.yaml:8:46: error[E200]: inputs.x.kinds.0 must be one of "large", "equal_rows", "zero_rows", '
-     '"negative_rows"'),
+     '"negative_rows", "opposed_rows"'),
     (("x: {shape: [M, N], dtype: float32}", "x: {shape: [M, N], dtype: float32, kinds: [large, large]}"),
      "specs/s.yaml:8:45: error[E200]: inputs.x.kinds: ['large', 'large'] has non-unique elements"),
     (("x: {shape: [M, N], dtype: float32}", "x: {shape: [M, N], dtype: bool, kinds: [large]}"),
@@ -291,3 +291,16 @@ def test_a_prefetched_input_is_bounds_checked_from_its_low(tmp_path):
         "specs/gather_rows.yaml:19:44: error[E502]: case `square`: table.index_map at grid point (0,) with "
         "idx[...] = -1 gives block index (-1, 0); dim 0 is -1, valid 0..15",
         "  = help: table dim 0 has 128 elements in blocks of 8"]
+
+
+def test_scores_whose_max_starts_at_zero_fail_only_on_opposed_rows(tmp_path):
+    """A row max of x @ y^T that starts at 0 is exact on normal data; `opposed_rows`, which both inputs
+    list, makes every score of x's rows 0, 2, 4, ... very negative, and those rows become 0 / 0."""
+    proj = project(tmp_path, PLANTED / "scores_max_from_zero.yaml")
+    rc, rows, _ = verify(proj, "--inputs", "normal")
+    assert rc == 0 and [(r["status"], r["inputs"]) for r in rows] == [("pass", ["normal"])]
+    rc, rows, _ = verify(proj)  # the one case takes the one kind the inputs offer
+    assert rc == 1 and rows[0]["inputs"] == ["normal", "opposed_rows"]
+    assert rows[0]["message"] == (
+        "with opposed_rows inputs (rows 0, 2, 4, ... near -1000 in the first input taking it, |standard normal| "
+        "+ 0.5 in the others): output o: 1280 element(s) are NaN/Inf where the reference is finite")

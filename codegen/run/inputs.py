@@ -35,21 +35,23 @@ def make_inputs(task: Task, spec, inst, dtypes: Mapping, absent, inits: Mapping,
     made: dict = {}
     for op in spec.init_order:
         made[op.name] = None if op.name in absent else make_input(
-            task, op, inst.shapes[op.name], dtypes[op.name], inst.env, inst.shapes, kind, made, inits.get(op.name), spec)
+            task, op, inst.shapes[op.name], dtypes[op.name], inst.env, inst.shapes, kind, made, inits.get(op.name), spec,
+            kind == kinds.NORMAL or kinds.leads(spec, op, kind, dtypes))
     return [made[op.name] for op in spec.inputs]
 
 
 def make_input(task: Task, op, shape: tuple, dtype: str, env: dict, shapes: dict, kind: str = kinds.NORMAL,
-               made: Mapping | None = None, code=None, spec=None):
+               made: Mapping | None = None, code=None, spec=None, lead: bool = True):
     """Random data for one input of one input kind (codegen/run/kinds.py): `normal` is the spec's
     initialiser, else a per-dtype default; another kind is made from its own stream, for the
     inputs that take it (kinds.takes), and is the normal data for the others. `made` holds the
     inputs made before (those `same_as`, `low` and `bound` read); `code`, the init code's
-    (function, argument names)."""
+    (function, argument names); `lead`: the input is the first that takes the kind (kinds.leads;
+    only `opposed_rows` tells the two apart)."""
     import jax.numpy as jnp
 
     if kind != kinds.NORMAL and kind in kinds.takes(op, dtype, spec):
-        data = _of_kind(rng_for(task, f"{op.name}/{kind}"), kind, shape, dtype)
+        data = _of_kind(rng_for(task, f"{op.name}/{kind}"), kind, shape, dtype, lead)
         return jnp.asarray(data).astype(jnp.dtype(dtype))
     rng = rng_for(task, op.name)
     init = getattr(op, "init", None)
@@ -113,10 +115,13 @@ def _from_code(rng: np.random.Generator, name: str, code, shape: tuple, dtype: s
     return data
 
 
-def _of_kind(rng: np.random.Generator, kind: str, shape: tuple, dtype: str) -> np.ndarray:
+def _of_kind(rng: np.random.Generator, kind: str, shape: tuple, dtype: str, lead: bool = True) -> np.ndarray:
     """Data of one kind other than normal. Rows are the slices along the last dim (a rank-0 or
     rank-1 array is one row); the row kinds replace rows 0, 2, 4, ... and leave the others
-    standard normal (integers: the default range)."""
+    standard normal (integers: the default range). `opposed_rows` is `negative_rows` in the input
+    that leads it and positive everywhere in the others (|standard normal| + 0.5; integers:
+    |the default range| + 1), so each row of the first has a very negative product with any row
+    of the others."""
     import jax.numpy as jnp
 
     size, kind_of = dt.DTYPES[dtype]
@@ -129,6 +134,10 @@ def _of_kind(rng: np.random.Generator, kind: str, shape: tuple, dtype: str) -> n
         base = base.astype(np.int64)
     else:
         base = rng.standard_normal(shape)
+    if kind == "opposed_rows":
+        if not lead:
+            return np.abs(base) + (1 if integer else 0.5)
+        kind = "negative_rows"
     if kind == "large":
         if integer:
             return rng.choice(np.array([low, high], dtype=np.int64), size=shape)

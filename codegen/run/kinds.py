@@ -3,8 +3,9 @@
 `normal` is the data verify always runs (standard normal floats; see inputs.py). The other kinds
 are inputs that break kernels: large magnitudes (an exp that overflows), rows whose values are
 all equal (a variance of zero), zero rows (a mean square of zero), very negative rows (an exp
-that underflows to zero in every element). Each is one more run of the kernel, against the
-reference on the same data. Pure Python: the `kspec` process plans with it without numpy or jax.
+that underflows to zero in every element), and, for the inputs that ask for it, rows whose product
+with another input is very negative (attention scores whose every exp underflows). Each is one more
+run of the kernel, against the reference on the same data. Pure Python: the `kspec` process plans with it without numpy or jax.
 """
 
 from __future__ import annotations
@@ -18,13 +19,18 @@ KINDS = {
     "equal_rows": "rows 0, 2, 4, ... each one repeated value",
     "zero_rows": "rows 0, 2, 4, ... all zero",
     "negative_rows": "rows 0, 2, 4, ... near -1000",
+    "opposed_rows": "rows 0, 2, 4, ... near -1000 in the first input taking it, |standard normal| + 0.5 in the others",
 }
 KIND_INTS = {
     "large": "the dtype's minimum and maximum",
     "equal_rows": "rows 0, 2, 4, ... each one repeated value",
     "zero_rows": "rows 0, 2, 4, ... all zero",
     "negative_rows": "rows 0, 2, 4, ... at the dtype's minimum (unsigned: zero)",
+    "opposed_rows": "rows 0, 2, 4, ... at the dtype's minimum in the first input taking it, positive in the others",
 }
+# Kinds an input takes only where its `kinds` lists them: their data is made for a product of inputs
+# (the first input that takes opposed_rows against the others), which no input gets by default.
+OPT_IN = ("opposed_rows",)
 SELECTIONS = ("default", "all", NORMAL)
 # The other kinds can be ill-conditioned (a row of one value has variance zero, and rounding
 # divided by sqrt(eps) is no longer small): their outputs pass when no element is NaN/Inf where the
@@ -34,10 +40,10 @@ NORMWISE = 10  # --inputs: besides a list of kinds
 
 def takes(op, dtype: str, spec=None) -> tuple:
     """The kinds (other than normal) that an input takes with this dtype: those its `kinds` lists,
-    else every kind for a float or integer input without an `init` (an input with `init` keeps the
-    data it declares; a scalar-prefetch input holds indices; bool inputs have no such kinds). An
-    input whose values another input's initialiser reads (`spec`'s) takes none: they keep that
-    structure."""
+    else every kind but the OPT_IN ones for a float or integer input without an `init` (an input with
+    `init` keeps the data it declares; a scalar-prefetch input holds indices; bool inputs have no such
+    kinds). An input whose values another input's initialiser reads (`spec`'s) takes none: they keep
+    that structure."""
     if getattr(op, "prefetch", False) or dt.DTYPES.get(dtype, (0, "b"))[1] == "b":
         return ()
     if spec is not None and any(op.name in names for names in spec.init_reads.values()):
@@ -45,7 +51,13 @@ def takes(op, dtype: str, spec=None) -> tuple:
     declared = getattr(op, "kinds", None)
     if declared is not None:
         return tuple(k for k in KINDS if k in declared)
-    return () if getattr(op, "init", None) is not None else tuple(KINDS)
+    return () if getattr(op, "init", None) is not None else tuple(k for k in KINDS if k not in OPT_IN)
+
+
+def leads(spec, op, kind: str, assign: dict) -> bool:
+    """Whether `op` is the first of the spec's inputs that takes `kind` under a dtype assignment: the
+    one whose rows go negative in an `opposed_rows` run, the others' data being positive."""
+    return next((o.name for o in spec.inputs if kind in takes(o, assign[o.name], spec)), None) == op.name
 
 
 def available(spec, assign: dict) -> tuple:

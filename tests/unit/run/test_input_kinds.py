@@ -25,8 +25,8 @@ class Op:
     kinds: tuple | None = None
 
 
-def data(kind: str, shape=(6, 64), dtype="float32", op=Op()) -> np.ndarray:
-    return np.asarray(inputs.make_input(TASK, op, shape, dtype, {}, {}, kind)).astype(np.float64)
+def data(kind: str, shape=(6, 64), dtype="float32", op=Op(), lead=True) -> np.ndarray:
+    return np.asarray(inputs.make_input(TASK, op, shape, dtype, {}, {}, kind, lead=lead)).astype(np.float64)
 
 
 def test_each_float_kind_has_its_shape():
@@ -55,14 +55,28 @@ def test_integers_take_their_bounds():
     assert (negative[0::2] == -(2**31)).all() and (abs(negative[1::2]) <= 100).all()
 
 
+def test_opposed_rows_make_every_product_of_the_first_with_the_others_very_negative():
+    listed = ("opposed_rows",)
+    first = data("opposed_rows", op=Op("q", kinds=listed))
+    other = data("opposed_rows", op=Op("k", kinds=listed), lead=False)
+    assert (first[0::2] < -990).all() and (abs(first[1::2]) < 10).all()  # the first: negative_rows
+    assert (other >= 0.5).all() and not np.array_equal(other, data("opposed_rows", op=Op("v", kinds=listed), lead=False))
+    assert ((first @ other.T)[0::2] < -10_000).all()  # every score of rows 0, 2, 4, ... (64 columns)
+    ints = data("opposed_rows", dtype="int32", op=Op(kinds=listed), lead=False)
+    assert (ints >= 1).all() and (ints <= 101).all()
+    assert np.array_equal(data("opposed_rows"), data("normal"))  # an input that does not list it keeps normal data
+
+
 def test_which_inputs_take_which_kinds():
-    everything = tuple(kinds.KINDS)
+    everything = tuple(k for k in kinds.KINDS if k not in kinds.OPT_IN)  # opposed_rows only where listed
+    assert "opposed_rows" in kinds.KINDS and everything == ("large", "equal_rows", "zero_rows", "negative_rows")
     assert kinds.takes(Op(), "float32") == everything and kinds.takes(Op(), "int32") == everything
     assert kinds.takes(Op(), "bool") == ()
     assert kinds.takes(Op(init=object()), "float32") == ()  # an init says what the data is
     assert kinds.takes(Op(init=object(), kinds=("large",)), "float32") == ("large",)
     assert kinds.takes(Op(prefetch=True, kinds=("large",)), "int32") == ()
     assert kinds.takes(Op(kinds=("zero_rows", "large")), "float32") == ("large", "zero_rows")  # in KINDS order
+    assert kinds.takes(Op(kinds=("opposed_rows",)), "float32") == ("opposed_rows",)
     # an input that takes no kind keeps its normal data in a kind's run
     assert np.array_equal(data("large", op=Op(kinds=())), data("normal", op=Op(kinds=())))
 
@@ -73,12 +87,17 @@ def test_the_selection_per_case():
     assert [kinds.chosen(("default",), spec, assign, i) for i in range(5)] == [
         ("normal", "large"), ("normal", "equal_rows"), ("normal", "zero_rows"), ("normal", "negative_rows"),
         ("normal", "large")]
-    assert kinds.chosen(("all",), spec, assign, 0) == ("normal",) + tuple(kinds.KINDS)
+    assert kinds.chosen(("all",), spec, assign, 0) == ("normal", "large", "equal_rows", "zero_rows", "negative_rows")
     assert kinds.chosen(("normal",), spec, assign, 3) == ("normal",)
     assert kinds.chosen(("zero_rows", "large"), spec, assign, 0) == ("normal", "zero_rows", "large")
     only = build_spec(mutate(VALID_SPEC, ("dtype: float32}", "dtype: float32, kinds: [zero_rows]}")))
     assert kinds.chosen(("default",), only, assign, 1) == ("normal", "zero_rows")
     assert kinds.chosen(("large",), only, assign, 0) == ("normal",)  # not a kind x takes
+    assert kinds.chosen(("opposed_rows",), spec, assign, 0) == ("normal",)  # nor one it does not list
+    opposed = build_spec(mutate(VALID_SPEC, ("dtype: float32}", "dtype: float32, kinds: [large, opposed_rows]}")))
+    assert [kinds.chosen(("default",), opposed, assign, i) for i in range(3)] == [
+        ("normal", "large"), ("normal", "opposed_rows"), ("normal", "large")]
+    assert kinds.leads(opposed, opposed.inputs[0], "opposed_rows", assign)
     assert kinds.parse([]) == ("default",) and kinds.parse(["all"]) == ("all",)
     assert kinds.parse(["large,zero_rows", "normal", "large"]) == ("large", "zero_rows")
     with pytest.raises(ValueError, match="unknown input kind 'wide'"):
