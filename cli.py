@@ -179,7 +179,7 @@ def _compile_all(paths: Optional[List[Path]], out: Optional[Path] = None, cache=
 
 def _summary(results: list) -> int:
     bad = [r for r in results if not r.ok]
-    errors = sum(len(r.diagnostics) for r in bad)
+    errors = sum(d.severity == "error" for r in bad for d in r.diagnostics)  # warnings are not counted
     if bad:
         typer.echo(f"{errors} error(s) in {len(bad)} of {len(results)} spec(s)")
         return 2
