@@ -52,19 +52,43 @@ def test_shipped_library_passes_on_interpret_and_tpu_interpret(tmp_path):
     specs = {p.stem for p in (ROOT / "specs").glob("*.yaml")} - GPU_ONLY
     assert {r["kernel"] for r in rows} == specs
     # ragged cases whose mosaic_tpu kernel rules them out: accumulate's in-place (aliased) output, and the
-    # sharded matmuls' partial column block (both for TPU interpret mode's sake; see the specs); and the
-    # derived cases made from those ragged cases; flash_attention's query blocks of one row (run and grad),
-    # which TPU tiling refuses, and the case derived from them
+    # sharded matmuls' partial column block (both for TPU interpret mode's sake; see the specs), and the
+    # derived cases made from those ragged cases; flash attention's cases of blocks one element apart, which
+    # name the backends they run on (one_key_blocks and one_row_blocks: interpret; one_token: mosaic_tpu), and
+    # the derived cases made from them
     skipped = sorted((r["kernel"], r["backend"], r["case"]) for r in rows if r["status"] == "skip")
-    assert skipped == [("accumulate", "mosaic_tpu", "derived:steps1_M"), ("accumulate", "mosaic_tpu", "derived:steps1_N"),
-                       ("accumulate", "mosaic_tpu", "derived:steps2_M"), ("accumulate", "mosaic_tpu", "derived:steps3_M"),
-                       ("accumulate", "mosaic_tpu", "ragged"), ("flash_attention", "mosaic_tpu", "derived:steps3_S_2"),
-                       ("flash_attention", "mosaic_tpu", "one_row_blocks"),
-                       ("flash_attention", "mosaic_tpu", "one_row_blocks"), ("matmul_2d", "mosaic_tpu", "derived:steps2_M"),
-                       ("matmul_2d", "mosaic_tpu", "ragged_n"), ("matmul_dp", "mosaic_tpu", "derived:steps2_M"),
-                       ("matmul_dp", "mosaic_tpu", "ragged_n"), ("matmul_ksplit", "mosaic_tpu", "ragged_n")]
+    assert skipped == [('accumulate', 'mosaic_tpu', 'derived:steps1_M'),
+                       ('accumulate', 'mosaic_tpu', 'derived:steps1_N'),
+                       ('accumulate', 'mosaic_tpu', 'derived:steps2_M'),
+                       ('accumulate', 'mosaic_tpu', 'derived:steps3_M'),
+                       ('accumulate', 'mosaic_tpu', 'ragged'),
+                       ('flash_attention', 'interpret', 'derived:steps3_H'),
+                       ('flash_attention', 'interpret', 'one_token'),
+                       ('flash_attention', 'interpret', 'one_token'),
+                       ('flash_attention', 'mosaic_tpu', 'derived:steps1_S'),
+                       ('flash_attention', 'mosaic_tpu', 'derived:steps3_S'),
+                       ('flash_attention', 'mosaic_tpu', 'derived:steps3_S_2'),
+                       ('flash_attention', 'mosaic_tpu', 'one_key_blocks'),
+                       ('flash_attention', 'mosaic_tpu', 'one_key_blocks'),
+                       ('flash_attention', 'mosaic_tpu', 'one_row_blocks'),
+                       ('flash_attention', 'mosaic_tpu', 'one_row_blocks'),
+                       ('flash_attention_dkdv', 'interpret', 'one_token'),
+                       ('flash_attention_dkdv', 'mosaic_tpu', 'derived:steps3_H'),
+                       ('flash_attention_dkdv', 'mosaic_tpu', 'derived:steps3_S'),
+                       ('flash_attention_dkdv', 'mosaic_tpu', 'one_key_blocks'),
+                       ('flash_attention_dq', 'interpret', 'derived:steps3_H'),
+                       ('flash_attention_dq', 'interpret', 'one_token'),
+                       ('flash_attention_dq', 'mosaic_tpu', 'derived:steps1_S'),
+                       ('flash_attention_dq', 'mosaic_tpu', 'derived:steps3_S'),
+                       ('flash_attention_dq', 'mosaic_tpu', 'derived:steps3_S_2'),
+                       ('flash_attention_dq', 'mosaic_tpu', 'one_key_blocks'),
+                       ('matmul_2d', 'mosaic_tpu', 'derived:steps2_M'),
+                       ('matmul_2d', 'mosaic_tpu', 'ragged_n'),
+                       ('matmul_dp', 'mosaic_tpu', 'derived:steps2_M'),
+                       ('matmul_dp', 'mosaic_tpu', 'ragged_n'),
+                       ('matmul_ksplit', 'mosaic_tpu', 'ragged_n')]
     assert all(r["status"] == "pass" for r in rows if r["status"] != "skip"), [r for r in rows if r["status"] != "pass"]
-    assert out.splitlines()[-1].endswith("0 failed, 0 errors, 13 skipped")
+    assert out.splitlines()[-1].endswith("0 failed, 0 errors, 30 skipped")
 
 
 def test_json_report_is_complete_and_seed_reproduces(tmp_path):
