@@ -114,7 +114,9 @@ def test_shipped_specs_pass_on_20_seeds_interpret(tmp_path):
     assert rc == 0, out + err
     rows = results(report)
     assert len({r["seed"] for r in rows}) == 20
-    assert all(r["status"] == "pass" for r in rows)
+    # every row passes but those of cases that name other backends (flash attention's one_token: mosaic_tpu)
+    assert all(r["status"] == "pass" or (r["status"] == "skip" and "runs only on" in r["message"]) for r in rows)
+    assert any(r["status"] == "pass" for r in rows)
 
 
 @pytest.mark.slow
