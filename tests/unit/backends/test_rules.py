@@ -334,7 +334,7 @@ def test_mesh_tpu():
     ]
     wide = ("- {name: square, M: 256, N: 256}", "- {name: square, M: 256, N: 65536}")
     assert found(wide) == [
-        f"{path}:53:3: error[E703]: case `square` (mosaic_tpu): VMEM estimate 16.5 MiB (pipeline blocks x 2 buffers "
+        f"{path}:55:3: error[E703]: case `square` (mosaic_tpu): VMEM estimate 16.5 MiB (pipeline blocks x 2 buffers "
         "16.5 MiB + scratch) exceeds the limit of 16.0 MiB\n"
         "  = help: use smaller pipeline blocks, or raise compiler_params.vmem_limit_bytes"
     ]
