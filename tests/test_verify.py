@@ -108,6 +108,7 @@ def test_json_report_is_complete_and_seed_reproduces(tmp_path):
     assert errs(a) != errs(c)  # fresh data for another seed
 
 
+@pytest.mark.slow  # every spec 20 times: minutes on 2 cores
 def test_shipped_specs_pass_on_20_seeds_interpret(tmp_path):
     report = tmp_path / "r.json"
     rc, out, err = kspec("verify", "--backend", "interpret", "--repeat", "20", "--seed", "1000", "--json", report)
