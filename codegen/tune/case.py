@@ -126,20 +126,15 @@ def _report(job: CaseJob, store, base: dict, say) -> bool:
     return False
 
 
-def grad_entry_base(job: CaseJob, gradient_sha: str) -> dict:
-    """What a `kspec tune --grad` entry is keyed by: the job's backend, bucket, dtype and untuned
-    params, the hash of the kernel and its backward kernels, and `load: grad`; its params are the
-    forward config that ran (recorded, not searched)."""
-    return dict(job.base(), kernel_sha=gradient_sha, load=tg.GRAD)
-
-
 def tune_grad(job: CaseJob, store, gradient_sha: str, run: Callable[[BenchTask], Result],
               say: Callable[[str], None]) -> bool:
     """Time one job's forward and backward pass as backend="auto" runs it, the backward kernels
     included, against the reference's autodiff, round by round (a grad bench task), and record it:
     where it is slower, `kspec generate` makes auto differentiate the reference at this bucket. A job
     recorded already (any forward config) is skipped. Returns True if the measurement failed."""
-    base = grad_entry_base(job, gradient_sha)
+    # keyed as a tuning entry, but for the kernel and its backward kernels together (`gradient_sha`);
+    # its params are the forward config that ran, recorded, not searched
+    base = dict(job.base(), kernel_sha=gradient_sha, load=tg.GRAD)
     recorded = [e for e in store.entries if all(e.get(k) == base[k] for k in
                                                  ("backend", "bucket", "dtype", "kernel_sha", "load"))
                 and tg.fixed(e) == tg.fixed(base)]
