@@ -108,7 +108,9 @@ def _unknown_cases(results, names, attribute: str) -> Optional[str]:
         known |= {d.case.name for r in results if r.spec is not None for ex in (False, True)
                   for d in derived_cases(r.spec, ex)}
     known = sorted(known)
-    missing = [n for n in names or [] if n not in known]
+    from kspec.codegen.verify import case_selected
+
+    missing = [n for n in names or [] if not any(case_selected(k, [n]) for k in known)]
     if not missing:
         return None
     from kspec.codegen.diagnostics import did_you_mean
@@ -287,7 +289,7 @@ def verify(
     paths: Optional[List[Path]] = PathsArg,
     out: Optional[Path] = OutOpt,
     backend: Optional[List[str]] = typer.Option(None, "--backend", "-b", help="Only these backends (repeatable)."),
-    case: Optional[List[str]] = typer.Option(None, "--case", help="Only cases with these names (repeatable)."),
+    case: Optional[List[str]] = typer.Option(None, "--case", help="Only cases with these names or shell-style patterns such as 'llm_M1000_*' (repeatable)."),
     seed: Optional[int] = typer.Option(None, "--seed", help="Seed for the random inputs (default: fresh, printed)."),
     json_path: Optional[Path] = typer.Option(None, "--json", callback=_report_path, help="Write results as JSON; - for standard output (see `kspec docs verify`)."),
     junit_path: Optional[Path] = typer.Option(None, "--junit", callback=_report_path, help="Write results as JUnit XML; - for standard output."),
@@ -379,7 +381,7 @@ def bench(
     paths: Optional[List[Path]] = PathsArg,
     out: Optional[Path] = OutOpt,
     backend: Optional[List[str]] = typer.Option(None, "--backend", "-b", help="Only these backends (repeatable)."),
-    case: Optional[List[str]] = typer.Option(None, "--case", help="Only bench cases with these names (repeatable)."),
+    case: Optional[List[str]] = typer.Option(None, "--case", help="Only bench cases with these names or shell-style patterns such as 'llm_M1000_*' (repeatable)."),
     samples: int = typer.Option(20, "--samples", min=3, help="Timed samples per figure."),
     seed: Optional[int] = typer.Option(None, "--seed", help="Seed for the random inputs."),
     json_path: Optional[Path] = typer.Option(None, "--json", callback=_report_path, help="Write results as JSON; - for standard output (see `kspec docs bench`)."),
@@ -467,7 +469,7 @@ def tune(
         help="Only these backends (repeatable; default: every backend this machine runs, but interpret mode only "
              "on a CPU-only machine, since its times say nothing about an accelerator).",
     ),
-    case: Optional[List[str]] = typer.Option(None, "--case", help="Only bench cases with these names (repeatable)."),
+    case: Optional[List[str]] = typer.Option(None, "--case", help="Only bench cases with these names or shell-style patterns such as 'llm_M1000_*' (repeatable)."),
     strategy: str = typer.Option(
         "exhaustive", "--strategy",
         help="exhaustive (every config), random (a seeded sample) or guided (a first batch ranked by a static "
@@ -506,6 +508,7 @@ def tune(
 
     from kspec.codegen.checks import instances
     from kspec.codegen import tune as tn
+    from kspec.codegen.verify import case_selected
     from kspec.codegen.emit.signature import Signature
     from kspec.codegen.tune.case import CaseJob, tune_case, tune_grad
 
@@ -542,7 +545,7 @@ def tune(
                 if not _tuned_here(name, backend, info["platform"]) or not (grad or any(p.choices for p in variant.params)):
                     continue
                 for i, c in enumerate(chosen):
-                    if case and c.name not in case:
+                    if not case_selected(c.name, case):
                         continue
                     for assign in instances.dtype_assignments(spec, c):
                         if not variant.supports(assign):
@@ -728,7 +731,9 @@ def _chosen_cases(results, cases, families) -> list:
         return list(cases or [])
     in_families = [c.name for r in results if r.spec is not None for f in r.spec.families if f.name in families
                    for c in f.cases]
-    return [c for c in in_families if c in cases] if cases else in_families
+    from kspec.codegen.verify import case_selected
+
+    return [c for c in in_families if case_selected(c, cases)]
 
 
 def _start_run(paths, backends, seed, timeout, devices=None, cases=None, case_kind="cases", out=None,

@@ -275,6 +275,17 @@ def test_an_unknown_case_is_refused_with_the_known_ones(tmp_path):
     assert err == "error: no case named 'squar' in the selected specs (did you mean `square`?); known: ragged, square\n"
 
 
+def test_a_case_pattern_selects_the_cases_it_matches(tmp_path):
+    where = project(tmp_path, ADD)
+    rc, out, err = kspec("verify", "--backend", "interpret", "--case", "rag*", "--json", "-", cwd=where)
+    assert rc == 0, err
+    rows = json.loads(out)["results"]
+    assert {r["case"] for r in rows} == {"ragged"}
+    rc, out, err = kspec("verify", "--case", "wide_*", cwd=where)
+    assert rc == 2
+    assert err.startswith("error: no case named 'wide_*' in the selected specs")
+
+
 @pytest.mark.parametrize("where, says", [("missing/r.json", "folder missing does not exist"), ("specs", "specs is a folder")])
 def test_a_report_path_that_cannot_be_written_is_refused_before_the_run(where, says, tmp_path):
     rc, out, err = kspec("verify", "--json", where, cwd=project(tmp_path, ADD))

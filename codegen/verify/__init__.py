@@ -9,6 +9,7 @@ exhausts memory fails alone. Only the workers import jax and the generated modul
 from __future__ import annotations
 
 import dataclasses
+import fnmatch
 
 from kspec.codegen.checks import instances, semantic
 from kspec.codegen import project as pipeline
@@ -18,6 +19,12 @@ from kspec.codegen.spec import tuning
 from kspec.codegen.backends import BACKENDS
 from kspec.codegen.run import kinds
 from kspec.codegen.run.tasks import DEFAULT_SCHEDULES, STATUSES, GradTask, LowerTask, RunTask, ShardedTask, result
+
+def case_selected(name: str, patterns) -> bool:
+    """Whether a case named `name` is among `patterns` (--case): names, or shell-style patterns
+    such as `llm_M1000_*`. No patterns select every case."""
+    return not patterns or any(fnmatch.fnmatchcase(name, p) for p in patterns)
+
 
 def matrix(compiled: list, *, backends: list, cases: list, suite: str = "cases"):
     """Every (compiled spec, backend, case index, case, dtype assignment, input-dtype label) the
@@ -30,7 +37,7 @@ def matrix(compiled: list, *, backends: list, cases: list, suite: str = "cases")
             if backends and name not in backends:
                 continue
             for i, case in enumerate(chosen):
-                if cases and case.name not in cases:
+                if not case_selected(case.name, cases):
                     continue
                 for assign in instances.dtype_assignments(spec, case):
                     label = tuning.case_dtype_label(spec, case, assign)
@@ -45,7 +52,7 @@ def derived_matrix(compiled: list, *, backends: list, cases: list, exhaustive: b
         spec = c.spec
         index = {case.name: i for i, case in enumerate(spec.cases)}
         for d in semantic.derived_cases(spec, exhaustive):
-            if cases and d.case.name not in cases:
+            if not case_selected(d.case.name, cases):
                 continue
             for name in spec.backends:
                 if backends and name not in backends:
