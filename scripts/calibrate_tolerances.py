@@ -19,7 +19,7 @@ mutants' the smallest. Prints markdown tables; exits 1 if a library task fails, 
 where it should fail.
 
 It runs verify's own worker code (kspec.codegen.run.worker.run_task) in this process, one task after
-another, and records every comparison compare() makes. The inputs of a task depend on the seed, the
+another, with verify's numerics (every bfloat16 rounding kept, as in verify's worker for simulated kernels), and records every comparison compare() makes. The inputs of a task depend on the seed, the
 kernel's name, the case and the dtypes, so a mutant, which keeps its kernel's name, runs on the same
 data as the kernel. The whole run (20 seeds, library and mutants) takes about 90 s on two CPU cores.
 """
@@ -40,6 +40,12 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO.parent))  # the repository root is the `kspec` package
+
+from kspec.codegen.run import pool  # noqa: E402
+
+# verify's numerics for the interpret and TPU interpret tasks on the CPU (codegen/run/pool.py): XLA keeps
+# every bfloat16 rounding the kernel asks for. Set before jax is imported, in this process that runs them.
+os.environ["XLA_FLAGS"] = " ".join([os.environ.get("XLA_FLAGS", ""), pool.TPU_NUMERICS]).strip()
 
 from kspec.codegen import project as pipeline  # noqa: E402
 from kspec.codegen import verify as v  # noqa: E402

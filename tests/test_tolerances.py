@@ -49,6 +49,24 @@ def test_the_defaults_and_overrides():
     assert dt.tolerance(["bfloat16"], spec, {"bfloat16": {"rel_err": 5e-3}})["rel_err"] == 5e-3
 
 
+def test_gradients_take_their_own_bounds_where_an_entry_gives_them():
+    spec = {"bfloat16": {"atol": 2e-2, "rel_err": 2.45e-3, "grad": {"rel_err": 3.3e-3}}}
+    tol = dt.tolerance(["bfloat16"], spec)
+    assert tol == {"atol": 2e-2, "rtol": 1e-2, "rel_err": 2.45e-3, "grad": {"rel_err": 3.3e-3}}
+    assert dt.for_outputs(tol) == {"atol": 2e-2, "rtol": 1e-2, "rel_err": 2.45e-3}
+    assert dt.for_gradients(tol) == {"atol": 2e-2, "rtol": 1e-2, "rel_err": 3.3e-3}
+    # a later entry's bound holds outputs and gradients alike, over an earlier entry's `grad`
+    case = {"bfloat16": {"atol": 0.1, "rel_err": 5e-3}}
+    assert dt.tolerance(["bfloat16"], spec, case) == {"atol": 0.1, "rtol": 1e-2, "rel_err": 5e-3}
+    # and its own `grad` over its bounds
+    case = {"bfloat16": {"rel_err": 3e-3, "grad": {"atol": 0.05}}}
+    tol = dt.tolerance(["bfloat16"], spec, case)
+    assert dt.for_outputs(tol) == {"atol": 2e-2, "rtol": 1e-2, "rel_err": 3e-3}
+    assert dt.for_gradients(tol) == {"atol": 0.05, "rtol": 1e-2, "rel_err": 3e-3}
+    # an entry for another dtype changes nothing
+    assert dt.tolerance(["float32"], spec) == dt.tolerance(["float32"])
+
+
 def test_an_all_zero_softmax_fails_in_bfloat16():
     """Every softmax value is below 0.01, the bfloat16 atol: as an absolute floor it would pass zeros.
     Scaled by the output's RMS, the floor is 0.01 x 0.00288, and zeros fail everywhere."""
@@ -194,7 +212,7 @@ def test_verify_fails_a_softmax_that_returns_zeros_in_bfloat16(tmp_path):
 
 @pytest.mark.slow
 def test_verify_fails_flash_attention_with_scores_rounded_to_bfloat16(tmp_path):
-    """Every element stays within its bound; the output as a whole is off by 4e-3, above the spec's 3.3e-3."""
+    """Every element stays within its bound; the output as a whole is off by 4e-3, above the spec's 2.45e-3."""
     good = "      ) * scale\n"
     bad = good + "      s = s.astype(jnp.bfloat16).astype(jnp.float32)\n"
     rc, rows = verify_bf16(mutant_project(tmp_path / "library", "flash_attention", good, good), "flash_attention",
@@ -205,7 +223,24 @@ def test_verify_fails_flash_attention_with_scores_rounded_to_bfloat16(tmp_path):
                            "small")
     assert rc == 1
     assert [r["status"] for r in rows] == ["fail"]
-    assert rows[0]["message"] == ("output o: rel_err 0.00427 is above 0.0033; worst at (0, 42, 0, 2): got 0.376953, "
+    assert rows[0]["message"] == ("output o: rel_err 0.00427 is above 0.00245; worst at (0, 42, 0, 2): got 0.376953, "
                                   "expected 0.380037")
     assert rows[0]["frac_within_tol"] == 1.0
-    assert rows[0]["tolerance"] == {"atol": 0.02, "rtol": 0.01, "rel_err": 0.0033}
+    assert rows[0]["tolerance"] == {"atol": 0.02, "rtol": 0.01, "rel_err": 0.00245, "grad": {"rel_err": 0.0033}}
+
+
+def test_a_gradient_bound_is_checked_as_the_others_are(kspec, write_spec):
+    from conftest import VALID_SPEC
+
+    write_spec(VALID_SPEC.replace("cases:", "tolerance:\n  float32: {rel_err: 1.0e-5, grad: {rel_err: 1.0e-4}}\ncases:"))
+    r = kspec("check", "specs/tiny.yaml")
+    assert r.rc == 0 and r.out.endswith("1 spec(s) OK\n") and "error" not in r.out
+    write_spec(VALID_SPEC.replace("cases:", "tolerance:\n  float32: {grad: {rel_err: 2, slack: 1}}\ncases:"))
+    r = kspec("check", "specs/tiny.yaml")
+    assert r.rc == 2
+    assert r.out.splitlines() == [
+        "specs/tiny.yaml:19:29: error[E200]: tolerance.float32.grad.rel_err: 2 is greater than the maximum of 1",
+        "specs/tiny.yaml:19:32: error[E201]: unknown key `slack` in tolerance.float32.grad",
+        "  = help: allowed keys: atol, rel_err, rtol",
+        "2 error(s) in 1 of 1 spec(s)",
+    ]

@@ -1,5 +1,5 @@
-"""verify's TPU interpret mode beyond the schedules (test_multicore): TPU numerics on the CPU, where
-a bfloat16 dot is rounded to bfloat16 as a TPU rounds it, and deadlocked semaphore waits reported as
+"""verify's TPU interpret mode beyond the schedules (test_multicore): device numerics on the CPU, where
+a bfloat16 dot is rounded to bfloat16 as a TPU (or a GPU kernel) rounds it, and deadlocked semaphore waits reported as
 failures that name the semaphore and the grid point, not as timeouts."""
 
 from __future__ import annotations
@@ -23,14 +23,14 @@ WRONG_SEMAPHORE = (
 )
 
 
-def test_only_the_tpu_interpret_worker_keeps_every_rounding():
+def test_only_the_simulating_worker_keeps_every_rounding():
     assert pool.worker_env(tpu_numerics=True)["XLA_FLAGS"].split()[-1] == "--xla_allow_excess_precision=false"
     assert "--xla_allow_excess_precision=false" not in pool.worker_env(8)["XLA_FLAGS"]
     flags = pool.worker_env(8, tpu_numerics=True)["XLA_FLAGS"].split()
     assert flags[-2:] == ["--xla_force_host_platform_device_count=8", "--xla_allow_excess_precision=false"]
 
 
-def test_bf16_dot_without_f32_result_fails_in_tpu_interpret_mode_only(tmp_path):
+def test_bf16_dot_without_f32_result_fails_in_tpu_and_pallas_interpret_mode(tmp_path):
     planted = PLANTED / "matmul_bf16_partials.yaml"
     fixed = tmp_path / "fixed" / "matmul_bf16_f32_partials.yaml"
     fixed.parent.mkdir()
@@ -48,11 +48,15 @@ def test_bf16_dot_without_f32_result_fails_in_tpu_interpret_mode_only(tmp_path):
     assert {k: r["status"] for k, r in rows.items()} == {
         ("matmul_bf16_f32_partials", "interpret"): "pass",
         ("matmul_bf16_f32_partials", "mosaic_tpu"): "pass",
-        # XLA on the CPU keeps the bfloat16 dot in float32 (excess precision) ...
-        ("matmul_bf16_partials", "interpret"): "pass",
-        # ... and in TPU interpret mode rounds it to bfloat16 first, as a TPU does
+        # XLA on the CPU would keep the bfloat16 dot in float32 (excess precision); the worker of the
+        # simulated kernels rounds it to bfloat16 first, as a TPU and a GPU do, in TPU interpret mode
+        # and in Pallas interpret mode alike
+        ("matmul_bf16_partials", "interpret"): "fail",
         ("matmul_bf16_partials", "mosaic_tpu"): "fail",
     }
+    assert rows[("matmul_bf16_partials", "interpret")]["message"] == (
+        "output o: 4428 of 16384 elements outside tolerance; worst at (21, 29): got -71.5625, expected -71.3747"
+    )
     assert rows[("matmul_bf16_partials", "mosaic_tpu")]["message"] == (
         "output o: 4428 of 16384 elements outside tolerance; worst at (21, 29): got -71.5625, expected -71.3747 "
         "[TPU interpret mode, the same under all 2 schedules]"

@@ -262,8 +262,10 @@ def _exit_reason(code) -> str:
 
 # XLA on the CPU computes a bfloat16 operation in float32 and may drop the round trip float32 ->
 # bfloat16 -> float32 that follows it (excess precision). A TPU rounds every bfloat16 result, a
-# dot's included, before the next operation reads it; with this flag XLA keeps every rounding the
-# program asks for, so a kernel in TPU interpret mode rounds as a TPU does.
+# dot's included, before the next operation reads it, and so does a GPU kernel (a Triton dot that
+# returns bfloat16 rounds its float32 accumulator); with this flag XLA keeps every rounding the
+# program asks for, so a kernel in TPU interpret mode, or in Pallas interpret mode on the CPU, rounds
+# as the device it stands for does.
 TPU_NUMERICS = "--xla_allow_excess_precision=false"
 
 
@@ -277,10 +279,10 @@ def worker_env(devices: int | None = None, tpu_numerics: bool = False) -> dict:
 
 
 class Workers:
-    """The workers of a verify, bench or tune run: one for every task, except that off a TPU the
-    mosaic_tpu tasks (which run in TPU interpret mode) go to a second worker, started when the first
-    such task comes, whose XLA keeps every rounding (TPU_NUMERICS). The other backends and their
-    references keep XLA's default numerics."""
+    """The workers of a verify, bench or tune run: one for every task, except that the kernels that
+    run simulated go to a second worker, started when the first such task comes, whose XLA keeps every
+    rounding (TPU_NUMERICS): off a TPU the mosaic_tpu tasks (TPU interpret mode), and on the CPU the
+    interpret tasks (Pallas interpret mode). The other backends keep XLA's default numerics."""
 
     def __init__(self, devices: int | None, timeout: float):
         self.devices, self.timeout = devices, timeout
@@ -289,7 +291,9 @@ class Workers:
         self._tpu: Session | None = None
 
     def _for(self, task: Task) -> Session:
-        if not BACKENDS[task.backend].simulated_on(self.info["platform"]):
+        platform = self.info["platform"]
+        exact = BACKENDS[task.backend].simulated_on(platform) or (task.backend == "interpret" and platform == "cpu")
+        if not exact:
             return self._main
         if self._tpu is None:
             self._tpu = Session(worker_env(self.devices, tpu_numerics=True), self.timeout)

@@ -70,7 +70,11 @@ def tolerance(names, *overrides) -> dict:
     """The tolerance for a case whose operands have dtypes `names`: {"atol", "rtol", "rel_err"} of
     the least precise float dtype among them (integers and bool alone: EXACT).
 
-    `overrides` are per-dtype tables (the spec's, then the case's), later ones win.
+    `overrides` are per-dtype tables (the spec's, then the case's), later ones win. An entry's
+    `grad` ({"atol", "rtol", "rel_err"}, any of them) bounds the gradients of a grad row apart from
+    its outputs, over that entry's own bounds: the gradients' table is the defaults, then each
+    entry's bounds and then its `grad`, in order. Where it differs from the outputs' table it is kept
+    under "grad", and `for_gradients` applies it.
     """
     key = least_precise(names)
     if key is None:
@@ -78,6 +82,23 @@ def tolerance(names, *overrides) -> dict:
         key = next(iter(names), "")
     else:
         tol = dict(TOLERANCES[key])
+    grad = dict(tol)
     for table in overrides:
-        tol.update(table.get(key, {}))
+        entry = dict(table.get(key, {}))
+        own = entry.pop("grad", None) or {}
+        tol.update(entry)
+        grad.update(entry)
+        grad.update(own)
+    if grad != tol:
+        tol["grad"] = {k: v for k, v in grad.items() if tol.get(k) != v}
     return tol
+
+
+def for_outputs(tol: dict) -> dict:
+    """A tolerance table (`tolerance`'s) as it holds the outputs: without the gradients' own bounds."""
+    return {k: v for k, v in tol.items() if k != "grad"}
+
+
+def for_gradients(tol: dict) -> dict:
+    """A tolerance table (`tolerance`'s) as it holds gradients: its `grad` bounds over the others."""
+    return {**for_outputs(tol), **tol.get("grad", {})}
