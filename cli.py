@@ -48,6 +48,7 @@ app = typer.Typer(
 )
 
 PathsArg = typer.Argument(None, help="Spec files or folders (default: the specs folder).", show_default=False)
+CASE_HELP = "Only {what} with these names or shell-style patterns such as 'llm_M1000_*' (repeatable)."
 OutOpt = typer.Option(None, "--out", help="The output folder for this run (default: the project's `out`, generated/); it must lie inside the project.", show_default=False)
 
 
@@ -289,7 +290,7 @@ def verify(
     paths: Optional[List[Path]] = PathsArg,
     out: Optional[Path] = OutOpt,
     backend: Optional[List[str]] = typer.Option(None, "--backend", "-b", help="Only these backends (repeatable)."),
-    case: Optional[List[str]] = typer.Option(None, "--case", help="Only cases with these names or shell-style patterns such as 'llm_M1000_*' (repeatable)."),
+    case: Optional[List[str]] = typer.Option(None, "--case", help=CASE_HELP.format(what="cases")),
     seed: Optional[int] = typer.Option(None, "--seed", help="Seed for the random inputs (default: fresh, printed)."),
     json_path: Optional[Path] = typer.Option(None, "--json", callback=_report_path, help="Write results as JSON; - for standard output (see `kspec docs verify`)."),
     junit_path: Optional[Path] = typer.Option(None, "--junit", callback=_report_path, help="Write results as JUnit XML; - for standard output."),
@@ -381,7 +382,7 @@ def bench(
     paths: Optional[List[Path]] = PathsArg,
     out: Optional[Path] = OutOpt,
     backend: Optional[List[str]] = typer.Option(None, "--backend", "-b", help="Only these backends (repeatable)."),
-    case: Optional[List[str]] = typer.Option(None, "--case", help="Only bench cases with these names or shell-style patterns such as 'llm_M1000_*' (repeatable)."),
+    case: Optional[List[str]] = typer.Option(None, "--case", help=CASE_HELP.format(what="bench cases")),
     samples: int = typer.Option(20, "--samples", min=3, help="Timed samples per figure."),
     seed: Optional[int] = typer.Option(None, "--seed", help="Seed for the random inputs."),
     json_path: Optional[Path] = typer.Option(None, "--json", callback=_report_path, help="Write results as JSON; - for standard output (see `kspec docs bench`)."),
@@ -469,7 +470,7 @@ def tune(
         help="Only these backends (repeatable; default: every backend this machine runs, but interpret mode only "
              "on a CPU-only machine, since its times say nothing about an accelerator).",
     ),
-    case: Optional[List[str]] = typer.Option(None, "--case", help="Only bench cases with these names or shell-style patterns such as 'llm_M1000_*' (repeatable)."),
+    case: Optional[List[str]] = typer.Option(None, "--case", help=CASE_HELP.format(what="bench cases")),
     strategy: str = typer.Option(
         "exhaustive", "--strategy",
         help="exhaustive (every config), random (a seeded sample) or guided (a first batch ranked by a static "
@@ -498,7 +499,8 @@ def tune(
         help="Search nothing: time the forward and backward pass together as backend=\"auto\" runs them (the tuned "
              "forward config, the backward kernels) against XLA's autodiff of the reference, round by round, per shape "
              "bucket, and record it. Where it is slower, the generated package differentiates the reference there. "
-             "For specs with `vjp:` and `dispatch: {reference_when_faster: true}` (resumable: what is recorded is skipped).",
+             "For specs with `vjp:` and `dispatch: {reference_when_faster: true}` (resumable: what is recorded is "
+             "skipped).",
     ),
 ) -> None:
     """Search each spec's param choices for the fastest correct config; results go to tuning/."""
@@ -542,7 +544,8 @@ def tune(
                            "forward pass and whose `dispatch` sets reference_when_faster")
                 continue
             for name, variant in spec.variants.items():
-                if not _tuned_here(name, backend, info["platform"]) or not (grad or any(p.choices for p in variant.params)):
+                searched = any(p.choices for p in variant.params)
+                if not _tuned_here(name, backend, info["platform"]) or not (grad or searched):
                     continue
                 for i, c in enumerate(chosen):
                     if not case_selected(c.name, case):

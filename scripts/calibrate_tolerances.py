@@ -19,9 +19,10 @@ mutants' the smallest. Prints markdown tables; exits 1 if a library task fails, 
 where it should fail.
 
 It runs verify's own worker code (kspec.codegen.run.worker.run_task) in this process, one task after
-another, with verify's numerics (every bfloat16 rounding kept, as in verify's worker for simulated kernels), and records every comparison compare() makes. The inputs of a task depend on the seed, the
+another, with verify's numerics (every bfloat16 rounding kept, as in verify's worker for simulated
+kernels), and records every comparison compare() makes. The inputs of a task depend on the seed, the
 kernel's name, the case and the dtypes, so a mutant, which keeps its kernel's name, runs on the same
-data as the kernel. The whole run (20 seeds, library and mutants) takes about 90 s on two CPU cores.
+data as the kernel. The whole run (20 seeds, library and mutants) takes several minutes on two CPU cores.
 """
 
 from __future__ import annotations

@@ -152,6 +152,16 @@ def test_nonfinite_values_and_exact_dtypes():
     assert check(with_inf, with_inf)["passed"]  # the scale is the RMS of the finite values
 
 
+def test_an_entry_with_bounds_of_its_own_is_held_to_them():
+    ref = softmax_rows()
+    off = ref * 1.004  # rel_err 4e-3: inside bfloat16's 5e-3, outside a bound of 3e-3
+    tight = dict(BF16, rel_err=3e-3)
+    v = compare.compare_all([("output o", bf16(ref), ref), ("grad of x", off, ref, BF16)], **tight)
+    assert v["passed"] and v["message"] == "" and v["rel_err"] == pytest.approx(4e-3, rel=1e-6)
+    v = compare.compare_all([("output o", bf16(ref), ref), ("grad of x", off, ref)], **tight)
+    assert not v["passed"] and v["message"].startswith("grad of x: rel_err 0.004 is above 0.003")
+
+
 def test_compare_all_names_the_output_and_big_outputs_follow_the_same_rule():
     ref = softmax_rows()
     v = compare.compare_all([("output a", bf16(ref), ref), ("output o", ref * 1.015, ref)], **BF16)

@@ -45,10 +45,18 @@ class Backend:
     ref_spaces: tuple = ()
     # Off its own platforms it runs in TPU interpret mode: a simulator, verified but never timed
     simulated: bool = False
+    # Platforms where it interprets a device kernel although it runs there natively (interpret mode on
+    # the CPU): verify keeps every bfloat16 rounding for it, as for a simulated backend
+    interpreted_on: tuple = ()
 
     def simulated_on(self, platform: str) -> bool:
         """Whether it runs in TPU interpret mode on this jax platform."""
         return self.simulated and platform not in self.platforms
+
+    def rounds_as_a_device_on(self, platform: str) -> bool:
+        """Whether verify runs it here with every bfloat16 rounding kept (codegen/run/pool.py,
+        TPU_NUMERICS): where it stands in for a device it is not running on."""
+        return self.simulated_on(platform) or platform in self.interpreted_on
 
 
 TPU_MEMORY_SPACES = {MemorySpace.ANY: "pl.ANY", MemorySpace.HBM: "pltpu.HBM", MemorySpace.VMEM: "pltpu.VMEM",
@@ -68,6 +76,7 @@ BACKENDS: dict[BackendName, Backend] = {
             # scratch buffers are declared with TPU memory spaces, which interpret mode accepts
             imports=("from jax.experimental.pallas import tpu as pltpu",),
             interpret="True",
+            interpreted_on=("cpu",),
             memory_spaces=TPU_MEMORY_SPACES,
             block_kinds=ALL_BLOCK_KINDS,
             element_padding=True,

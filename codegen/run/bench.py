@@ -55,7 +55,7 @@ def _input_sets(task, prep, l2_bytes: int) -> list:
 
     copies = timing.copies_needed(_nbytes(prep.inputs), l2_bytes)
     structured = {name for names in prep.spec.init_reads.values() for name in names}
-    structured |= {op.name for op in prep.spec.inputs if op.init is not None and op.init.code is not None}
+    structured |= {op.name for op in prep.spec.inputs if op.init is not None and op.init.structured}
     sets = [prep.inputs]
     for c in range(1, copies):
         fresh = {op.name: jax.random.normal(jax.random.key(task.seed + c * 7919 + i), x.shape).astype(x.dtype)
@@ -321,7 +321,7 @@ def _grad_competitors(task, prep, platform: str, found):
         try:
             got = jax.block_until_ready(call(*args))[1]
             named = [(f"grad of {prep.spec.inputs[i].name}", g, w) for i, g, w in zip(found.wrt, got, found.ref_grads)]
-            check = compare_within(named, tol)
+            check = compare_within(named, dt.for_gradients(tol))
             compiled = _compile(call, args)[0] if check.get("passed") else None
         except Exception as e:  # noqa: BLE001 - a competitor that cannot run here is reported, not fatal
             lines = str(e).strip().splitlines()

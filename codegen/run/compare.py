@@ -129,10 +129,12 @@ def compare_all(named: list, atol: float, rtol: float, normwise: float | None = 
                 rel_err: float | None = None) -> dict:
     """compare() over (name, value, reference) triples, the verdict verify reports: the first
     failing one's, else the one with the largest rel_err; its message starts with the name.
-    A verdict without metrics (shapes that differ) ends the comparison."""
+    A verdict without metrics (shapes that differ) ends the comparison. An entry may carry a fourth
+    element, a tolerance table ({"atol", "rtol", "rel_err"}) of its own (a gradient's bounds)."""
     worst: dict = {}
-    for name, got, want in named:
-        verdict = compare(got, want, atol, rtol, normwise, rel_err=rel_err)
+    for name, got, want, *own in named:
+        bounds = (own[0]["atol"], own[0]["rtol"], own[0].get("rel_err")) if own else (atol, rtol, rel_err)
+        verdict = compare(got, want, bounds[0], bounds[1], normwise, rel_err=bounds[2])
         if "max_abs_err" not in verdict:
             return dict(verdict, message=f"{name}: {verdict['message']}")
         if not worst or not verdict["passed"] or verdict["rel_err"] > worst["rel_err"]:

@@ -288,16 +288,14 @@ class Workers:
         self.devices, self.timeout = devices, timeout
         self._main = Session(worker_env(devices), timeout)
         self.info = self._main.info
-        self._tpu: Session | None = None
+        self._exact: Session | None = None
 
     def _for(self, task: Task) -> Session:
-        platform = self.info["platform"]
-        exact = BACKENDS[task.backend].simulated_on(platform) or (task.backend == "interpret" and platform == "cpu")
-        if not exact:
+        if not BACKENDS[task.backend].rounds_as_a_device_on(self.info["platform"]):
             return self._main
-        if self._tpu is None:
-            self._tpu = Session(worker_env(self.devices, tpu_numerics=True), self.timeout)
-        return self._tpu
+        if self._exact is None:
+            self._exact = Session(worker_env(self.devices, tpu_numerics=True), self.timeout)
+        return self._exact
 
     def run(self, task: Task) -> Result:
         try:
@@ -315,6 +313,6 @@ class Workers:
         yield from session.stream(task)
 
     def close(self) -> None:
-        for session in (self._main, self._tpu):
+        for session in (self._main, self._exact):
             if session is not None:
                 session.close()
