@@ -19,7 +19,8 @@ def reference(sig: Signature) -> dict:
          "body": c.body.source}
         for c in sig.spec.competitors
     ]
-    inits = [_init_code(op, sig.spec.init_scope) for op in sig.spec.inputs if op.init is not None and op.init.code is not None]
+    inits = [_init_code(op, sig.spec.init_scope) for op in sig.spec.inputs
+             if op.init is not None and op.init.code is not None]
     return dict(sig.common(), signature=sig.signature_of(base), reference=sig.spec.reference.source,
                 mesh_sizes=list(sig.spec.mesh_sizes.items()), competitors=competitors, inits=inits,
                 requiring=[c for c, spec_c in zip(competitors, sig.spec.competitors) if spec_c.requires])
@@ -29,7 +30,8 @@ def _init_code(op, scope: tuple) -> dict:
     """An input's init code as reference.py renders it: `<kernel>_init_<input>(key, <the names of
     the dims, params and `dtype` it reads>)`, and those names for INITS."""
     args = op.init.code_args(scope)
-    return {"input": op.name, "args": ["key", *args], "names": tuple_src(map(repr, args)), "body": op.init.code.returning}
+    return {"input": op.name, "args": ["key", *args], "names": tuple_src(map(repr, args)),
+            "body": op.init.code.returning}
 
 
 def tuning(sig: Signature, tuned: dict, linked: tuple = ()) -> dict:
