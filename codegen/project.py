@@ -127,11 +127,11 @@ def closure(results: list) -> list:
 
 
 def gradient_sha(spec: model.KernelSpec, backward: tuple) -> str | None:
-    """The hash `kspec tune --grad` records its entries for (tuning.grad_sha): the kernel's and its
-    backward kernels'; None without a `vjp:` whose backward specs all built."""
+    """The hash `kspec tune --grad` records its entries for (tuning.grad_sha): the kernel's, its
+    backward kernels' and the reference's; None without a `vjp:` whose backward specs all built."""
     if spec.vjp is None or len(backward) != len(spec.vjp.backward) or any(b.spec is None for b in backward):
         return None
-    return tuning.grad_sha(spec.kernel_sha, [b.spec.kernel_sha for b in backward])
+    return tuning.grad_sha(spec.kernel_sha, [b.spec.kernel_sha for b in backward], spec.reference_sha)
 
 
 def stale_tuning(spec: model.KernelSpec, path: Path, backward: tuple = ()) -> list:

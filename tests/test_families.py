@@ -163,8 +163,8 @@ def test_auto_calls_the_reference_where_tuning_measured_it_faster(kspec, write_s
     spec = build_spec(text)
     kind = jax.devices()[0].device_kind
     entry = {"backend": "interpret", "bucket": [8, 16], "case": "even", "dtype": "float32", "fixed": {},
-             "jax_version": jax.__version__, "kernel_sha": spec.kernel_sha, "load": "sustained", "message": "",
-             "ms": 2.0, "params": {"bs": 2}, "ref_ms": 1.0, "speedup": 0.5, "speedup_ci95": [0.45, 0.55],
+             "jax_version": jax.__version__, "kernel_sha": spec.kernel_sha, "load": "sustained",
+             "reference_sha": spec.reference_sha, "message": "", "ms": 2.0, "params": {"bs": 2}, "ref_ms": 1.0, "speedup": 0.5, "speedup_ci95": [0.45, 0.55],
              "status": "pass"}
     table = tmp_path / "tuning" / "scale_even" / f"{kind}.json"
     table.parent.mkdir(parents=True)

@@ -183,6 +183,18 @@ def test_sustained_tuning_times_each_config_against_the_reference(tmp_path):
     assert "16 configs, 4 pruned statically, 3 to try" in out
     alone = [e for e in entries(table) if e["status"] != "pruned" and "load" not in e]
     assert len(alone) == 3
+    # A rerun resumes; after the reference is edited, the kernel's entries stay current (no W900), but
+    # each config is timed again against the new reference, and recorded with its hash.
+    rc, out = kspec(*args, "--sustained", cwd=proj)
+    assert rc == 0 and "16 configs, 4 pruned statically, 0 to try" in out, out
+    spec_file = proj / "specs" / "scale.yaml"
+    spec_file.write_text(spec_file.read_text().replace("return x * 2.0", "return 2.0 * x"))
+    rc, out = kspec("generate", cwd=proj)
+    assert rc == 0 and "W900" not in out, out
+    rc, out = kspec(*args, "--sustained", cwd=proj)
+    assert rc == 0 and "16 configs, 4 pruned statically, 3 to try" in out, out
+    timed = [e for e in entries(table) if e["status"] != "pruned" and e.get("load") == "sustained"]
+    assert len(timed) == 6 and len({e["reference_sha"] for e in timed}) == 2
 
 
 def test_offering_other_values_keeps_the_tuning_and_embeds_only_what_is_offered(tmp_path):

@@ -330,6 +330,7 @@ def test_under_auto_a_backward_kernel_runs_its_reference_where_tuning_measured_i
     kind = jax.devices()[0].device_kind
     entry = {"backend": "interpret", "bucket": [16, 128], "case": "case0", "dtype": "float32", "fixed": {"bm": 8},
              "jax_version": jax.__version__, "kernel_sha": build_spec(backward).kernel_sha, "load": "sustained",
+             "reference_sha": build_spec(backward).reference_sha,
              "message": "", "ms": 2.0, "params": {}, "ref_ms": 1.0, "speedup": 0.5,
              "speedup_ci95": [0.45, 0.55], "status": "pass"}
     (tmp_path / "tuning" / "sq_dx").mkdir(parents=True)
@@ -370,6 +371,7 @@ def test_under_auto_a_forward_on_the_reference_keeps_its_backward_kernels(tmp_pa
     kind = jax.devices()[0].device_kind
     entry = {"backend": "interpret", "bucket": [16, 128], "case": "case0", "dtype": "float32", "fixed": {"bm": 8},
              "jax_version": jax.__version__, "kernel_sha": build_spec(forward).kernel_sha, "load": "sustained",
+             "reference_sha": build_spec(forward).reference_sha,
              "message": "", "ms": 2.0, "params": {}, "ref_ms": 1.0, "speedup": 0.5,
              "speedup_ci95": [0.45, 0.55], "status": "pass"}
     (tmp_path / "tuning" / "sq").mkdir(parents=True)
@@ -404,7 +406,8 @@ def _sq_project(tmp_path) -> tuple:
     (tmp_path / "specs").mkdir()
     (tmp_path / "specs" / "sq.yaml").write_text(forward)
     (tmp_path / "specs" / "sq_dx.yaml").write_text(backward)
-    return tuning.grad_sha(build_spec(forward).kernel_sha, [build_spec(backward).kernel_sha])
+    f = build_spec(forward)
+    return tuning.grad_sha(f.kernel_sha, [build_spec(backward).kernel_sha], f.reference_sha)
 
 
 def test_under_auto_jax_grad_differentiates_the_reference_where_tune_grad_measured_the_kernels_slower(tmp_path):

@@ -484,6 +484,7 @@ class KernelSpec:
     families: tuple = ()  # of Family: shape families for bench --sweep and tune --sweep
     cost: Cost | None = None
     kernel_sha: str = ""  # hash of what decides the generated code (see tuning.kernel_sha)
+    reference_sha: str = ""  # hash of the reference (see tuning.reference_sha)
     sharding: _sharding.Sharding | None = None  # the `sharding:` section (codegen/spec/sharding.py)
     aliases: Mapping[str, str] = dataclasses.field(default_factory=dict)  # output -> input it overwrites
     aliases_loc: Location | None = None
@@ -1045,6 +1046,7 @@ def build(doc: Document) -> KernelSpec:
         bench=runs.cases(data.get("bench"), "bench"),
         families=runs.families(data.get("families")),
         kernel_sha=tuning.kernel_sha(data),
+        reference_sha=tuning.reference_sha(data),
         cost=call.cost(data.get("cost_estimate")),
         sharding=_sharding.build(doc),
         aliases=dict(data.get("input_output_aliases") or {}),

@@ -4,10 +4,13 @@ Each file holds every trial of one kernel on one device kind, appended (atomical
 rewritten) as results come, so a stopped run resumes where it was. An entry is keyed
 by backend, shape bucket, dtype, jax version, kernel hash, params and how it was timed
 (alone, or `load: "sustained"` against the reference: `kspec tune --sustained`); the
-kernel hash covers what decides the generated code (not docs, cases or tolerances, nor which
-values a param offers the tuner), and entries whose hash differs from the spec's are stale:
-`kspec check` reports them and codegen ignores them. An entry tuned with a value the spec no
-longer offers is kept but not embedded.
+kernel hash covers what decides the generated kernel (not docs, cases or tolerances, nor which
+values a param offers the tuner, nor the reference), and entries whose hash differs from the
+spec's are stale: `kspec check` reports them and codegen ignores them. An entry tuned with a
+value the spec no longer offers is kept but not embedded. An entry timed against the reference
+also records the reference's own hash: after the reference changes, such entries still rank
+the kernel's configs, but only a comparison with the current reference decides where
+backend="auto" calls the reference instead.
 """
 
 from __future__ import annotations
@@ -24,8 +27,9 @@ from kspec.codegen.spec import loader
 from kspec.templates import runtime as _runtime
 
 # Spec keys that do not change the generated kernel: editing them keeps tuning valid.
-# (`vjp` adds the backward pass around the kernel; the kernel itself stays the same.)
-_NOT_KERNEL = ("doc", "cases", "bench", "tolerance", "vjp", "competitors", "dispatch", "families")
+# (`vjp` adds the backward pass around the kernel; the kernel itself stays the same. The reference
+# is hashed apart, `reference_sha`: what a sustained or grad entry was compared with.)
+_NOT_KERNEL = ("doc", "cases", "bench", "tolerance", "vjp", "competitors", "dispatch", "families", "reference")
 
 
 def _params_view(params):
@@ -56,6 +60,12 @@ def kernel_sha(data: dict) -> str:
             for b, v in kept["backends"].items()
         }
     text = json.dumps(kept, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def reference_sha(data: dict) -> str:
+    """Hash of the spec's reference: what sustained and grad entries were timed against."""
+    text = json.dumps({"reference": data.get("reference")}, sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()
 
 
@@ -96,10 +106,11 @@ def how_timed(entry: dict) -> str:
     return entry.get("load", "alone")
 
 
-def grad_sha(forward_sha: str, backward_shas) -> str:
+def grad_sha(forward_sha: str, backward_shas, reference: str) -> str:
     """The hash a grad entry is recorded for: the forward kernel's and its backward kernels'
-    (`vjp:` order), so that a change to any of them makes the entry stale."""
-    return hashlib.sha256(":".join([forward_sha, *backward_shas]).encode()).hexdigest()
+    (`vjp:` order), and the reference's (`reference_sha`: its autodiff is what the entry was
+    timed against), so that a change to any of them makes the entry stale."""
+    return hashlib.sha256(":".join([forward_sha, *backward_shas, reference]).encode()).hexdigest()
 
 
 def cost(entry: dict):
@@ -115,7 +126,7 @@ def cost(entry: dict):
 def key(entry: dict) -> tuple:
     return (
         entry["backend"], tuple(entry["bucket"]), entry["dtype"], fixed(entry), entry["jax_version"],
-        entry["kernel_sha"], tuple(sorted(entry["params"].items())), how_timed(entry),
+        entry["kernel_sha"], tuple(sorted(entry["params"].items())), how_timed(entry), entry.get("reference_sha"),
     )
 
 
@@ -320,29 +331,33 @@ def usable(entry: dict, sha: str, choices: dict | None = None) -> bool:
     return entry.get("kernel_sha") == sha and cost(entry) is not None and (not choices or offered(entry, choices))
 
 
-def best(entries: list, sha: str, choices: dict | None = None) -> dict:
+def best(entries: list, sha: str, choices: dict | None = None, ref: str | None = None) -> dict:
     """{(backend, dtype, bucket, fixed): params} of the fastest usable entry per key.
 
     Where a key has sustained entries, the fastest of those wins (they rank configs under the
-    clocks that applications run at); times taken alone are not compared with them."""
+    clocks that applications run at); times taken alone are not compared with them. Sustained
+    entries timed against the current reference (`ref`, its `reference_sha`) rank before those
+    timed against an earlier one."""
     chosen: dict = {}
     for e in entries:
         if not usable(e, sha, choices) or how_timed(e) == GRAD:
             continue
         k = (e["backend"], e["dtype"], tuple(e["bucket"]), fixed(e))
-        rank = (how_timed(e) != "sustained", cost(e))
+        rank = (how_timed(e) != "sustained", ref is not None and e.get("reference_sha") != ref, cost(e))
         if k not in chosen or rank < chosen[k][0]:
             chosen[k] = (rank, e)
     return {k: dict(sorted(e["params"].items())) for k, (_, e) in sorted(chosen.items())}
 
 
-def slower(entries: list, sha: str, choices: dict | None = None) -> dict:
+def slower(entries: list, sha: str, ref: str, choices: dict | None = None) -> dict:
     """{(backend, dtype, bucket, fixed): speedup} where the best config `best` picks was timed
-    against the reference (`kspec tune --sustained`) and ran slower than it (speedup < 1)."""
+    against the current reference (`kspec tune --sustained`; `ref`, its `reference_sha`) and ran
+    slower than it (speedup < 1)."""
     out = {}
-    picked = best(entries, sha, choices)
+    picked = best(entries, sha, choices, ref)
     for e in entries:
-        if not usable(e, sha, choices) or e.get("speedup") is None or how_timed(e) != "sustained":
+        if (not usable(e, sha, choices) or e.get("speedup") is None or how_timed(e) != "sustained"
+                or e.get("reference_sha") != ref):
             continue
         k = (e["backend"], e["dtype"], tuple(e["bucket"]), fixed(e))
         if picked.get(k) == dict(sorted(e["params"].items())) and e["speedup"] < 1.0:

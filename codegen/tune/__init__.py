@@ -60,13 +60,17 @@ def prune(spec, variant, case, dtypes: dict, configs) -> tuple:
 
 def scores(spec, variant, case, dtypes: dict, configs: list, peak=None) -> list:
     """A static score per config, lower first, from the blocks its params give (nothing compiles):
-    (its output tile spills registers, minus its tile's flops per byte). `peak`: the device's
-    (codegen.devices.Peak), which says whether the case is compute-bound; None: no intensity term."""
+    (its output tile spills registers, minus its tile's flops per byte, whether it is not the spec's
+    default config at the case's dims). `peak`: the device's (codegen.devices.Peak), which says whether
+    the case is compute-bound; None: no intensity term. Where the blocks say nothing (a mesh kernel's
+    pipelines), the default comes first: the author's choice, dims-aware where it is an expression."""
+    defaults = variant.defaults_at({**case.dims, **case.params})
     out = []
     for cfg in configs:
         trial = dataclasses.replace(case, params=dict(case.params, **cfg))
         inst, _ = instances.instantiate(spec.kernel_view, variant, trial, dtypes, [0])  # [0]: no grid walk
-        out.append((_spills(inst), -_intensity(inst, peak)) if inst is not None else (True, 0.0))
+        other = any(defaults.get(p) != v for p, v in cfg.items())
+        out.append((_spills(inst), -_intensity(inst, peak), other) if inst is not None else (True, 0.0, other))
     return out
 
 

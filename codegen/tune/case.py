@@ -48,8 +48,8 @@ class CaseJob:
         base = {"backend": self.variant.backend, "bucket": list(tg.bucket(dims)), "dtype": self.label,
                 "fixed": untuned, "jax_version": self.jax_version, "kernel_sha": self.spec.kernel_sha,
                 "case": self.case.name}
-        if self.sustained:
-            base["load"] = "sustained"
+        if self.sustained:  # timed against the reference: which one is part of the key
+            base.update(load="sustained", reference_sha=self.spec.reference_sha)
         return base
 
     def task(self, configs: list) -> TuneTask:
@@ -107,7 +107,8 @@ def _report(job: CaseJob, store, base: dict, say) -> bool:
     offered = tg.choices_of({job.variant.backend: job.variant})
     current = [e for e in store.entries if e["backend"] == job.variant.backend and e["dtype"] == base["dtype"]
                and e["bucket"] == base["bucket"] and tg.fixed(e) == tg.fixed(base)
-               and tg.usable(e, job.spec.kernel_sha, offered) and tg.how_timed(e) == tg.how_timed(base)]
+               and tg.usable(e, job.spec.kernel_sha, offered) and tg.how_timed(e) == tg.how_timed(base)
+               and e.get("reference_sha") == base.get("reference_sha")]
     if not current:
         say("  no config passed")
         return True

@@ -53,6 +53,16 @@ def test_kernel_sha_covers_what_decides_the_kernel_only():
     assert len({build_spec(text).kernel_sha for text in other} | {sha}) == 4
 
 
+def test_the_reference_is_hashed_apart_from_the_kernel():
+    """Editing the reference keeps the kernel's entries current (same kernel hash) and changes the
+    reference hash, which sustained entries record: what they were timed against."""
+    spec = build_spec(TUNABLE)
+    edited = build_spec(mutate(TUNABLE, ("return x * 2", "return x + x")))
+    assert edited.kernel_sha == spec.kernel_sha
+    assert len(spec.reference_sha) == 64 and edited.reference_sha != spec.reference_sha
+    assert tuning.grad_sha("f", ["b"], spec.reference_sha) != tuning.grad_sha("f", ["b"], edited.reference_sha)
+
+
 def test_cost_ranks_times_alone_and_sustained_ratios():
     assert tuning.cost(entry({"b": 1}, 1.5)) == 1.5
     assert tuning.cost(entry({"b": 1}, 1.5, load="sustained", speedup=2.0)) == 0.5
@@ -66,7 +76,7 @@ def test_key_tells_apart_what_a_config_was_tuned_for():
     assert tuning.key(base) == tuning.key(entry({"a": 2, "b": 1}, 3.0))  # params in any order, any time
     for changed in (dict(base, bucket=[4096]), dict(base, dtype="float32"), dict(base, fixed={"causal": True}),
                     dict(base, jax_version="0.10.2"), dict(base, kernel_sha="t"), dict(base, load="sustained"),
-                    dict(base, params={"b": 2, "a": 2})):
+                    dict(base, params={"b": 2, "a": 2}), dict(base, reference_sha="r")):
         assert tuning.key(changed) != tuning.key(base)
 
 
@@ -112,6 +122,20 @@ def test_sustained_entries_decide_the_embedded_config():
     assert tuning.best(alone + sustained, "s") == {("triton", "bfloat16", (8192,), ()): {"b": 2}}
     assert tuning.key(alone[0]) != tuning.key(sustained[0])
     assert [tuning.cost(e) for e in sustained] == [1 / 1.05, 1 / 1.08, None]
+
+
+def test_only_comparisons_with_the_current_reference_decide_where_auto_takes_it():
+    """Entries timed against an earlier reference still rank configs, after those timed against the
+    current one; only the current one's speedups below 1 make auto call the reference."""
+    k = ("triton", "bfloat16", (8192,), ())
+    old = [entry({"b": 1}, 1.0, load="sustained", speedup=0.8, reference_sha="old"),
+           entry({"b": 2}, 1.0, load="sustained", speedup=0.7, reference_sha="old")]
+    assert tuning.best(old, "s", ref="new") == {k: {"b": 1}}
+    assert tuning.slower(old, "s", "old") == {k: 0.8}
+    assert tuning.slower(old, "s", "new") == {}  # never compared with the current reference
+    new = [entry({"b": 2}, 1.0, load="sustained", speedup=0.95, reference_sha="new")]
+    assert tuning.best(old + new, "s", ref="new") == {k: {"b": 2}}  # ranked first, though slower than b=1 was
+    assert tuning.slower(old + new, "s", "new") == {k: 0.95}
 
 
 def test_stale_entries_are_those_of_another_kernel_version():

@@ -91,3 +91,17 @@ def test_static_score_of_the_matmul_spec():
     assert {s[0] for s in tn.scores(spec, plain, case, assign, tn.space(plain), None)} == {False}
 
 
+
+
+def test_where_the_blocks_say_nothing_guided_starts_from_the_default_config():
+    """A mesh kernel's tiles live in its pipelines, so no config outscores another statically: the
+    spec's default config (its author's choice) is the first that guided tries, then its neighbours."""
+    spec = pipeline.compile_spec(ROOT / "specs" / "matmul_persistent.yaml").spec
+    variant = spec.variants["mosaic_gpu"]
+    case = next(c for c in spec.bench if c.name == "b4096")
+    assign = next(iter(instances.dtype_assignments(spec, case)))
+    configs = list(tn.space(variant))
+    scores = tn.scores(spec, variant, case, assign, configs, peak_for("NVIDIA H100 80GB HBM3"))
+    assert len(set(scores)) == 2  # the default, and the rest
+    first = tn.search(configs, strategy="guided", budget=3, seed=5, scores=scores)({})
+    assert first == [{"snake": 8, "steps": 4, "tm": 128, "tn": 128}]
