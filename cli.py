@@ -474,7 +474,8 @@ def tune(
     strategy: str = typer.Option(
         "exhaustive", "--strategy",
         help="exhaustive (every config), random (a seeded sample) or guided (a first batch ranked by a static "
-             "score of the blocks, then batches around the fastest so far; see `kspec docs tune`).",
+             "score of the blocks, the default config first among equals, then batches around the fastest so far; "
+             "see `kspec docs tune`).",
     ),
     budget_trials: Optional[int] = typer.Option(
         None, "--budget-trials", min=1,
