@@ -304,3 +304,53 @@ def test_scores_whose_max_starts_at_zero_fail_only_on_opposed_rows(tmp_path):
     assert rows[0]["message"] == (
         "with opposed_rows inputs (rows 0, 2, 4, ... near -1000 in the first input taking it, |standard normal| "
         "+ 0.5 in the others): output o: 1280 element(s) are NaN/Inf where the reference is finite")
+
+
+# An input made by init code from another input's data (as a backward kernel's `o` and `lse` are made
+# from q, k and v): the kernel keeps x only where y is 2 x + 1, so verify fails unless y is made from
+# the very x of the run, the `large` one included.
+DERIVED = """\
+kspec: 1
+name: derived
+doc: Keeps x where y = 2 x + 1.
+inputs:
+  x: {shape: [N], dtype: float32, kinds: [large]}
+  y: {shape: [N], dtype: x, init: {code: "(2 * x + 1).astype(dtype)"}}
+outputs:
+  o: {shape: [N], dtype: x}
+grid: [1]
+blocks:
+  x: {block_shape: [N], index_map: "i -> (0,)"}
+  y: {block_shape: [N], index_map: "i -> (0,)"}
+  o: {block_shape: [N], index_map: "i -> (0,)"}
+body: |
+  o_ref[...] = jnp.where(y_ref[...] == 2 * x_ref[...] + 1, x_ref[...], 0.0)
+reference: |
+  return x
+cases:
+  - {name: c, N: 64}
+backends:
+  interpret:
+"""
+
+
+def test_init_code_computes_from_another_inputs_data_in_every_run(tmp_path):
+    """y's init code reads x: it is made after x, from the x of each run (normal and `large`), and
+    the generated initialiser takes x as an argument."""
+    proj = project(tmp_path, texts={"derived": DERIVED})
+    rc, rows, out = verify(proj, "--inputs", "all", "--repeat", "2")
+    assert rc == 0, out
+    assert sorted((r["status"], r["inputs"]) for r in rows) == [("pass", ["normal", "large"])] * 2
+    assert "def derived_init_y(key, dtype, x):" in (proj / "generated" / "derived" / "reference.py").read_text()
+
+
+def test_init_code_that_reads_inputs_in_a_cycle_is_refused(tmp_path):
+    cycle = mutate(DERIVED, ("x: {shape: [N], dtype: float32, kinds: [large]}",
+                             'x: {shape: [N], dtype: float32, init: {code: "(y - 1) / 2"}}'))
+    (tmp_path / "specs").mkdir()
+    (tmp_path / "specs" / "derived.yaml").write_text(cycle)
+    r = invoke_kspec("check", "specs/derived.yaml", cwd=tmp_path)
+    assert r.rc == 2
+    assert r.both.splitlines()[:2] == [
+        "specs/derived.yaml:5:41: error[E450]: input initialisers read each other in a cycle: x -> y -> x",
+        "  = help: make one of them from dims and params alone"]

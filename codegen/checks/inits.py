@@ -113,7 +113,7 @@ def _returns(op: Operand) -> list:
 
 
 def _cycle(spec: KernelSpec) -> list:
-    """E450: the inputs that initialisers read (same_as, an index's low and bound) form no cycle."""
+    """E450: the inputs that initialisers read (same_as, an index's low and bound, init code) form no cycle."""
     reads = spec.init_reads
     for start in (o.name for o in spec.inputs if o.name in reads):
         path = _path_back(start, reads)
@@ -139,10 +139,11 @@ def _path_back(start: str, reads: dict) -> list | None:
 
 
 def _kinds(spec: KernelSpec) -> list:
-    """E453: input kinds would replace data made by code or copied, or data other inputs' initialisers read."""
+    """E453: input kinds would replace data made by code or copied, or data that other inputs' initialisers
+    keep a structure with (init code that reads an input computes its data again from any kind's)."""
     out = []
     readers = {}
-    for reader, names in spec.init_reads.items():
+    for reader, names in spec.init_keeps.items():
         for name in names:
             readers.setdefault(name, reader)
     for op in spec.inputs:

@@ -55,10 +55,10 @@ def check(spec: KernelSpec) -> list:
     for c in spec.competitors:
         out += _unknown(c.body, f"competitor `{c.name}`", reference_scope)
     out += _wrapper(spec, params | dims)
-    init_scope = {"key", *spec.init_scope} | template_imports("reference.py.j2")
     for op in spec.inputs:
         if op.init is not None and op.init.code is not None:
-            out += _unknown(op.init.code, f"{op.name}.init.code", init_scope)
+            out += _unknown(op.init.code, f"{op.name}.init.code",
+                            {"key", *spec.init_args(op)} | template_imports("reference.py.j2"))
     seen = set()
     for variant in spec.variants.values():
         if variant.body.origin in seen:

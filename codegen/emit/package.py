@@ -19,7 +19,7 @@ def reference(sig: Signature) -> dict:
          "body": c.body.source}
         for c in sig.spec.competitors
     ]
-    inits = [_init_code(op, sig.spec.init_scope) for op in sig.spec.inputs
+    inits = [_init_code(op, sig.spec.init_args(op)) for op in sig.spec.inputs
              if op.init is not None and op.init.code is not None]
     return dict(sig.common(), signature=sig.signature_of(base), reference=sig.spec.reference.source,
                 mesh_sizes=list(sig.spec.mesh_sizes.items()), competitors=competitors, inits=inits,
@@ -28,7 +28,7 @@ def reference(sig: Signature) -> dict:
 
 def _init_code(op, scope: tuple) -> dict:
     """An input's init code as reference.py renders it: `<kernel>_init_<input>(key, <the names of
-    the dims, params and `dtype` it reads>)`, and those names for INITS."""
+    the dims, params, `dtype` and other inputs it reads>)`, and those names for INITS."""
     args = op.init.code_args(scope)
     return {"input": op.name, "args": ["key", *args], "names": tuple_src(map(repr, args)),
             "body": op.init.code.returning}

@@ -45,7 +45,7 @@ def make_input(task: Task, op, shape: tuple, dtype: str, env: dict, shapes: dict
     """Random data for one input of one input kind (codegen/run/kinds.py): `normal` is the spec's
     initialiser, else a per-dtype default; another kind is made from its own stream, for the
     inputs that take it (kinds.takes), and is the normal data for the others. `made` holds the
-    inputs made before (those `same_as`, `low` and `bound` read); `code`, the init code's
+    inputs made before (those `same_as`, `low`, `bound` and init code read); `code`, the init code's
     (function, argument names); `lead`: the input is the first that takes the kind (kinds.leads;
     only `opposed_rows` tells the two apart)."""
     import jax.numpy as jnp
@@ -59,7 +59,7 @@ def make_input(task: Task, op, shape: tuple, dtype: str, env: dict, shapes: dict
     if init is not None and init.same_as is not None:
         return made[init.same_as]  # the checks hold it to the same shape and dtype
     if init is not None and init.code is not None:
-        return _from_code(rng, op.name, code, shape, dtype, env)
+        return _from_code(rng, op.name, code, shape, dtype, env, made)
     kind = init.kind if init else None
     if kind == InitKind.INDEX:
         low = _elementwise(init.low_expr, env, made, shape) if init.low_expr is not None else 0
@@ -100,15 +100,18 @@ def _elementwise(expr, env: Mapping, made: Mapping, shape: tuple):
     return np.broadcast_to(each(*(np.asarray(made[n]) for n in names)), shape)
 
 
-def _from_code(rng: np.random.Generator, name: str, code, shape: tuple, dtype: str, env: Mapping):
+def _from_code(rng: np.random.Generator, name: str, code, shape: tuple, dtype: str, env: Mapping,
+               made: Mapping):
     """An input made by its init code: called with a key from the input's own stream, then the
-    dims, params and `dtype` it reads; what it returns must have the input's shape and dtype."""
+    dims, params, `dtype` and the other inputs (`made` before it: their data, None for one left out)
+    it reads; what it returns must have the input's shape and dtype."""
     import jax
     import jax.numpy as jnp
 
     fn, names = code
     key = jax.random.key(int(rng.integers(2**31)))
-    data = jnp.asarray(fn(key, *(jnp.dtype(dtype) if n == "dtype" else env[n] for n in names)))
+    data = jnp.asarray(fn(key, *(jnp.dtype(dtype) if n == "dtype" else made[n] if n in made else env[n]
+                                 for n in names)))
     if tuple(data.shape) != tuple(shape) or data.dtype != jnp.dtype(dtype):
         raise InitError(f"input {name}: its init code returned {data.dtype.name}[{', '.join(map(str, data.shape))}], "
                         f"but {name} is {dtype}[{', '.join(map(str, shape))}] here")

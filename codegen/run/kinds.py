@@ -42,11 +42,11 @@ def takes(op, dtype: str, spec=None) -> tuple:
     """The kinds (other than normal) that an input takes with this dtype: those its `kinds` lists,
     else every kind but the OPT_IN ones for a float or integer input without an `init` (an input with
     `init` keeps the data it declares; a scalar-prefetch input holds indices; bool inputs have no such
-    kinds). An input whose values another input's initialiser reads (`spec`'s) takes none: they keep
-    that structure."""
+    kinds). An input that another input's initialiser keeps a structure with (`same_as`, an index's
+    bounds; `spec`'s) takes none; one that init code reads may, and the code computes from that data."""
     if getattr(op, "prefetch", False) or dt.DTYPES.get(dtype, (0, "b"))[1] == "b":
         return ()
-    if spec is not None and any(op.name in names for names in spec.init_reads.values()):
+    if spec is not None and any(op.name in names for names in spec.init_keeps.values()):
         return ()
     declared = getattr(op, "kinds", None)
     if declared is not None:

@@ -192,11 +192,15 @@ class Init:
         """Whether the data is made by code or copied from another input (not drawn by a kind)."""
         return self.code is not None or self.same_as is not None
 
-    def reads(self, inputs: Collection[str]) -> tuple:
-        """The inputs among `inputs` whose values this initialiser needs first, sorted."""
+    def reads(self, inputs: Collection[str], code: bool = True) -> tuple:
+        """The inputs among `inputs` whose values this initialiser needs first, sorted; with
+        `code=False`, only those it keeps a structure with (`same_as`, an index's `low` and `bound`),
+        not those its code computes from."""
         names = {self.same_as} if self.same_as else set()
         for e in (self.low_expr, self.bound_expr):
             names |= set(e.names) if e is not None else set()
+        if code and self.code is not None:
+            names |= set(self.code.names)
         return tuple(sorted(names & set(inputs)))
 
     def code_args(self, scope: Sequence[str]) -> tuple:
@@ -535,15 +539,28 @@ class KernelSpec:
 
     @property
     def init_scope(self) -> tuple:
-        """What an input's init code may read besides `key` and the imports of reference.py: the
-        dims, the params of the spec's first backend (the reference's) and `dtype`, in that order."""
+        """What an input's init code may read besides `key`, the other inputs and the imports of
+        reference.py: the dims, the params of the spec's first backend (the reference's) and `dtype`,
+        in that order."""
         return (*self.dims, *(p.name for p in next(iter(self.variants.values())).params), "dtype")
+
+    def init_args(self, op) -> tuple:
+        """The scope of input `op`'s init code after `key`: init_scope, then the other inputs."""
+        return (*self.init_scope, *(o.name for o in self.inputs if o.name != op.name))
 
     @property
     def init_reads(self) -> dict:
         """{input: the inputs whose values its initialiser reads}, for the inputs that read any."""
         names = [o.name for o in self.inputs]
         return {o.name: o.init.reads(names) for o in self.inputs if o.init is not None and o.init.reads(names)}
+
+    @property
+    def init_keeps(self) -> dict:
+        """{input: the inputs its initialiser keeps a structure with}: those `same_as`, an index's `low`
+        or `bound` read (not those init code computes from, which it computes again from any data)."""
+        names = [o.name for o in self.inputs]
+        return {o.name: o.init.reads(names, code=False) for o in self.inputs
+                if o.init is not None and o.init.reads(names, code=False)}
 
     @property
     def init_order(self) -> tuple:

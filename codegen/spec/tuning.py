@@ -5,7 +5,7 @@ rewritten) as results come, so a stopped run resumes where it was. An entry is k
 by backend, shape bucket, dtype, jax version, kernel hash, params and how it was timed
 (alone, or `load: "sustained"` against the reference: `kspec tune --sustained`); the
 kernel hash covers what decides the generated kernel (not docs, cases or tolerances, nor which
-values a param offers the tuner, nor the reference), and entries whose hash differs from the
+values a param offers the tuner, nor the reference or the inputs' test data: `init`, `kinds`), and entries whose hash differs from the
 spec's are stale: `kspec check` reports them and codegen ignores them. An entry tuned with a
 value the spec no longer offers is kept but not embedded. An entry timed against the reference
 also records the reference's own hash: after the reference changes, such entries still rank
@@ -49,8 +49,8 @@ def _params_view(params):
 def kernel_sha(data: dict) -> str:
     """Hash of the spec parts that decide the generated kernel code."""
     kept = {k: v for k, v in data.items() if k not in _NOT_KERNEL}
-    if isinstance(kept.get("inputs"), dict):  # an input's `kinds` says what verify feeds it, not what runs
-        kept["inputs"] = {n: ({k: v for k, v in i.items() if k != "kinds"} if isinstance(i, dict) else i)
+    if isinstance(kept.get("inputs"), dict):  # an input's `init` and `kinds` say what verify feeds it, not what runs
+        kept["inputs"] = {n: ({k: v for k, v in i.items() if k not in ("init", "kinds")} if isinstance(i, dict) else i)
                           for n, i in kept["inputs"].items()}
     if "params" in kept:
         kept["params"] = _params_view(kept["params"])

@@ -42,6 +42,7 @@ def test_kernel_sha_covers_what_decides_the_kernel_only():
         mutate(TUNABLE, ("{name: c, N: 64}", "{name: c, N: 128}")),
         mutate(TUNABLE, ("choices: [8, 16, 32]", "choices: [8, 64], doc: Elements per block.")),
         mutate(TUNABLE, ("cases:", "tolerance: {float32: {atol: 0.1, rtol: 0.1}}\ncases:")),
+        mutate(TUNABLE, ("x: {shape: [N], dtype: float32}", "x: {shape: [N], dtype: float32, init: {kind: uniform}}")),
     ]
     assert {build_spec(text).kernel_sha for text in same} == {sha}
     other = [
