@@ -41,14 +41,16 @@ def tuning(sig: Signature, tuned: dict, linked: tuple = ()) -> dict:
     from kspec.codegen.spec import tuning as tg
 
     table, slower, grad_slower = [], [], []
-    gradient_sha = tg.grad_sha(sig.spec.kernel_sha, [b.kernel_sha for b in linked], sig.spec.reference_sha) if sig.reference_gradient else None
+    spec, ref = sig.spec, sig.spec.reference_sha  # what sustained and grad entries were timed against
+    gradient_sha = (tg.grad_sha(spec.kernel_sha, [b.kernel_sha for b in linked], ref)
+                    if sig.reference_gradient else None)
     choices = tg.choices_of(sig.spec.variants)
     for device_kind, entries in sorted(tuned.items()):
-        for (backend, dtype, bucket, fixed), params in tg.best(entries, sig.spec.kernel_sha, choices, sig.spec.reference_sha).items():
+        for (backend, dtype, bucket, fixed), params in tg.best(entries, spec.kernel_sha, choices, ref).items():
             if backend in sig.spec.variants:
                 table.append((literal((device_kind, backend, dtype, bucket, fixed)), literal(params)))
         if sig.spec.reference_when_faster:
-            for (backend, dtype, bucket, fixed), x in tg.slower(entries, sig.spec.kernel_sha, sig.spec.reference_sha, choices).items():
+            for (backend, dtype, bucket, fixed), x in tg.slower(entries, spec.kernel_sha, ref, choices).items():
                 if backend in sig.spec.variants:
                     slower.append((literal((device_kind, backend, dtype, bucket, fixed)), literal(x)))
         if gradient_sha is not None:

@@ -552,15 +552,14 @@ class KernelSpec:
     def init_reads(self) -> dict:
         """{input: the inputs whose values its initialiser reads}, for the inputs that read any."""
         names = [o.name for o in self.inputs]
-        return {o.name: o.init.reads(names) for o in self.inputs if o.init is not None and o.init.reads(names)}
+        return {o.name: read for o in self.inputs if o.init is not None and (read := o.init.reads(names))}
 
     @property
     def init_keeps(self) -> dict:
         """{input: the inputs its initialiser keeps a structure with}: those `same_as`, an index's `low`
         or `bound` read (not those init code computes from, which it computes again from any data)."""
         names = [o.name for o in self.inputs]
-        return {o.name: o.init.reads(names, code=False) for o in self.inputs
-                if o.init is not None and o.init.reads(names, code=False)}
+        return {o.name: kept for o in self.inputs if o.init is not None and (kept := o.init.reads(names, code=False))}
 
     @property
     def init_order(self) -> tuple:

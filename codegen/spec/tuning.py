@@ -5,8 +5,9 @@ rewritten) as results come, so a stopped run resumes where it was. An entry is k
 by backend, shape bucket, dtype, jax version, kernel hash, params and how it was timed
 (alone, or `load: "sustained"` against the reference: `kspec tune --sustained`); the
 kernel hash covers what decides the generated kernel (not docs, cases or tolerances, nor which
-values a param offers the tuner, nor the reference or the inputs' test data: `init`, `kinds`), and entries whose hash differs from the
-spec's are stale: `kspec check` reports them and codegen ignores them. An entry tuned with a
+values a param offers the tuner, nor the reference or the inputs' test data: `init`, `kinds`), and
+entries whose hash differs from the spec's are stale: `kspec check` reports them and codegen
+ignores them. An entry tuned with a
 value the spec no longer offers is kept but not embedded. An entry timed against the reference
 also records the reference's own hash: after the reference changes, such entries still rank
 the kernel's configs, but only a comparison with the current reference decides where
