@@ -246,16 +246,18 @@ def test_a_race_under_an_epilogue_names_the_kernel_outputs(tmp_path):
 
 
 def test_backend_auto_judges_the_kernel_operands_blocks():
-    """_dispatch reads the kernel's own blocks: three query heads per key/value head make the qg block
-    [3, D], which Triton cannot load, while no input of the function has a block of its own."""
+    """_dispatch reads the kernel's own blocks: the prologue pads the three query heads of a key/value head
+    to 16 rows, so the qg block is [16, D], which Triton loads; a head size of 48 makes it [16, 48], which
+    it cannot. qg is no input of the function: its block is known only from the kernel's operands."""
     import jax.numpy as jnp
 
     from generated.decode_attention import _dispatch
 
     q, k = jnp.zeros((1, 6, 64), jnp.float32), jnp.zeros((1, 128, 2, 64), jnp.float32)
+    assert _dispatch.why_not("triton", q, k, k, splits=2, bk=32) is None
+    q, k = jnp.zeros((1, 6, 48), jnp.float32), jnp.zeros((1, 128, 2, 48), jnp.float32)
     assert _dispatch.why_not("triton", q, k, k, splits=2, bk=32) == (
-        "qg block (1, 1, 3, 64) is not all powers of two, which Triton needs")
-    assert _dispatch.why_not("triton", q[:, :4], k, k, splits=2, bk=32) is None
+        "qg block (1, 1, 16, 48) is not all powers of two, which Triton needs")
 
 
 def test_a_scratch_buffer_takes_the_dtype_of_an_input_of_either_kind(tmp_path):
