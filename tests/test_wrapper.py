@@ -219,7 +219,8 @@ def test_decode_attention_verifies_on_the_cpu(repo_copy):
                      "--json", "r.json", cwd=repo_copy, timeout=600)
     assert r.rc == 0, r.both[-3000:]
     rows = json.loads((repo_copy / "r.json").read_text())["results"]
-    assert {(x["case"], x["status"]) for x in rows} == {("mqa", "pass"), ("gqa", "pass"), ("mha", "pass")}
+    assert {(x["case"], x["status"]) for x in rows} == {(c, "pass") for c in ("mqa", "gqa", "mha", "mqa_long",
+                                                                          "gqa_opposed")}
 
 
 def test_a_race_under_an_epilogue_names_the_kernel_outputs(tmp_path):
