@@ -8,7 +8,8 @@
 #
 # SWEEP_SPECS, SWEEP_FAMILY (a family's name, or "all"), SWEEP_ARGS (e.g. --case NAME), SWEEP_SAMPLES, TUNE_BUDGET (seconds) and TUNE_ARGS
 # shape the sweep steps; BENCH_SPECS and BENCH_ARGS the grad-bench step; MUTATE_ARGS (e.g. --sample 24 --jobs 4)
-# the mutate step (scripts/mutation_test.py over the Triton and Mosaic GPU bodies).
+# the mutate step (scripts/mutation_test.py over the Triton and Mosaic GPU bodies; it goes on from the verdicts of
+# MUTATE_RESULTS, a results file such as a CPU's `--check-only` pass writes, and $OUT/mutation.json holds them all).
 #
 # The machine needs jax with its CUDA plugin; where it lacks jsonschema and has no network, put
 # the jsonschema wheels (and their dependencies) in .whl/ (git-ignored) and they are installed
@@ -93,7 +94,8 @@ for step in ${*:-verify tune}; do
     grad-sweep) kspec bench ${SWEEP_SPECS:-$NORM_FORWARD} --grad --sweep "${family[@]}" --backend triton --backend mosaic_gpu \
               --samples "${SWEEP_SAMPLES:-10}" --seed 3 ${SWEEP_ARGS:-} --json "$OUT/grad-sweep.json" \
               --markdown "$OUT/grad-sweep.md" 2>"$OUT/grad-sweep.err" | sed -n '/^## Sweep/,$p' ;;
-    mutate) python3 scripts/mutation_test.py -b triton -b mosaic_gpu ${MUTATE_ARGS:-} --json "$OUT/mutation.json" \
+    mutate) if [ -n "${MUTATE_RESULTS:-}" ]; then cp "$MUTATE_RESULTS" "$OUT/mutation.json"; fi
+            python3 scripts/mutation_test.py -b triton -b mosaic_gpu ${MUTATE_ARGS:-} --resume "$OUT/mutation.json" \
               2>"$OUT/mutation.err" | tail -60 ;;
     grad-bench) kspec bench ${BENCH_SPECS:-specs/flash_attention.yaml} --grad --backend triton \
               --samples "${SWEEP_SAMPLES:-10}" --seed 3 ${BENCH_ARGS:-} --json "$OUT/grad-bench.json" \

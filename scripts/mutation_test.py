@@ -3,7 +3,7 @@
     python scripts/mutation_test.py [SPECS...] [-b BACKEND]... [--operator NAME]... [--spec NAME]...
                                     [--mutant ID]... [--limit N] [--sample N] [--seed S] [--jobs N]
                                     [--timeout SECONDS] [--task-timeout SECONDS] [--schedules N] [--list]
-                                    [--json FILE] [--equivalents FILE]
+                                    [--json FILE] [--equivalents FILE] [--check-only] [--resume FILE]
 
 For each spec (default: those of specs/ with an `interpret` or `mosaic_tpu` backend) it makes mutants of the
 kernel side, the parts of the spec that the backends run: the bodies, the grids, the index maps and the
@@ -24,11 +24,19 @@ mutant is
 - `equivalent`: every module of its generated package parses to the same tree as the original's (they differ
   at most in comments and the header's hashes; found before verify runs), or it is listed with a reviewed reason
   in scripts/mutation_equivalents.yaml (`--equivalents`);
-- `timeout`: a command ran past --timeout.
+- `timeout`: a command ran past --timeout;
+- `unjudged`: with `--check-only`, check and generate passed and verify did not run.
 
 Prints a table per operator and per spec and the surviving mutants; `--json FILE` (`-` for standard output)
 writes every mutant's result. Exits 0 when every mutant that is not equivalent was killed, 1 otherwise, 2 for
 bad usage.
+
+A run can be split and resumed. `--resume FILE` reads the results FILE holds (a `--json` file of the same
+backends), runs only the mutants it has no verdict for (an `unjudged` one is run), and writes FILE again
+after each mutant, so a run that is stopped keeps what it judged and the next one goes on from there. With
+`--check-only`, verify does not run: on a machine without a GPU, `-b triton -b mosaic_gpu --check-only
+--resume FILE` judges what check and the generated code's tree decide, and the same command without
+`--check-only` on a GPU machine judges only the rest.
 """
 
 from __future__ import annotations
@@ -64,6 +72,7 @@ RUNNABLE_HERE = ("interpret", "mosaic_tpu")
 EVERY_BACKEND = ("interpret", "mosaic_tpu", "triton", "mosaic_gpu")
 EQUIVALENTS = REPO / "scripts" / "mutation_equivalents.yaml"
 OUTCOMES = ("check", "verify", "survived", "equivalent", "timeout")
+DECIDED = set(OUTCOMES)  # what `--resume` keeps: every outcome but `unjudged`
 
 
 # --- the mutation operators: each takes a parsed tree and yields (node, replacement) -------------------------
@@ -526,8 +535,9 @@ def _same_package(a: dict, b: dict) -> bool:
 
 class Runner:
     def __init__(self, tmp: Path, seed: int, timeout: float, task_timeout: float, schedules: int | None,
-                 equivalents: dict):
+                 equivalents: dict, check_only: bool = False):
         self.tmp, self.seed, self.timeout, self.task_timeout = tmp, seed, timeout, task_timeout
+        self.check_only = check_only
         self.schedules = schedules
         self.equivalents = equivalents
         self._originals: dict = {}
@@ -572,6 +582,8 @@ class Runner:
                 return "check", "kspec generate: " + _first_error(r.stdout + r.stderr)
             if _same_package(_package(root, m.kernel), self.original(m.spec, m.kernel)):
                 return "equivalent", "generated package AST-identical"
+            if self.check_only:
+                return "unjudged", "check and generate passed; verify not run (--check-only)"
             args = ["verify", rel, "--seed", str(self.seed), "--timeout", f"{self.task_timeout:g}"]
             for b in m.backends:
                 args += ["-b", b]
@@ -605,14 +617,16 @@ def _stale(equivalents: dict, found: list, specs: list, operators: list) -> list
 
 def _table(rows: list, by: str, label: str) -> str:
     keys = sorted({getattr(m, by) for m in rows})
-    head = [label, "mutants", "killed by check", "killed by verify", "survived", "equivalent", "timeout", "score"]
+    outcomes = OUTCOMES + (("unjudged",) if any(m.outcome == "unjudged" for m in rows) else ())
+    head = [label, "mutants", "killed by check", "killed by verify", "survived", "equivalent", "timeout",
+            *outcomes[len(OUTCOMES):], "score"]
     table = [head]
     for key in keys + ["all"]:
         ms = [m for m in rows if key == "all" or getattr(m, by) == key]
-        n = {o: sum(m.outcome == o for m in ms) for o in OUTCOMES}
-        judged = len(ms) - n["equivalent"]
+        n = {o: sum(m.outcome == o for m in ms) for o in outcomes}
+        judged = len(ms) - n["equivalent"] - n.get("unjudged", 0)
         score = f"{(n['check'] + n['verify']) / judged:.0%}" if judged else "-"
-        table.append([key, str(len(ms)), *(str(n[o]) for o in OUTCOMES), score])
+        table.append([key, str(len(ms)), *(str(n[o]) for o in outcomes), score])
     widths = [max(len(r[k]) for r in table) for k in range(len(head))]
     return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in table)
 
@@ -639,6 +653,10 @@ def main(argv: list | None = None) -> int:
     p.add_argument("--list", action="store_true", help="only list the mutants")
     p.add_argument("--json", help="write every mutant's result as JSON to this file (- for standard output)")
     p.add_argument("--equivalents", type=Path, default=EQUIVALENTS, help="the reviewed equivalent mutants")
+    p.add_argument("--check-only", action="store_true",
+                   help="run check and generate only: what they do not kill is `unjudged`")
+    p.add_argument("--resume", type=Path, metavar="FILE",
+                   help="skip the mutants FILE has a verdict for, and write FILE after each mutant")
     a = p.parse_args(argv)
 
     chosen = tuple(a.backend or RUNNABLE_HERE)
@@ -682,12 +700,38 @@ def main(argv: list | None = None) -> int:
         print("no mutants")
         return 0
 
+    todo = found
+    if a.resume:
+        try:
+            recorded = _recorded(a.resume, chosen)
+        except ValueError as e:
+            p.error(str(e))
+        for m in found:
+            m.outcome, m.detail, m.seconds = recorded.get((m.id, m.change), ("", "", 0.0))
+        todo = [m for m in found if not m.outcome]
+        print(f"{len(found) - len(todo)} of {len(found)} mutant(s) judged in {a.resume}; running the rest",
+              file=sys.stderr)
+
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="kspec-mutation-") as tmp:
-        runner = Runner(Path(tmp), a.seed, a.timeout, a.task_timeout, a.schedules, equivalents)
-        with concurrent.futures.ThreadPoolExecutor(max(1, a.jobs)) as pool:
-            for k, m in enumerate(pool.map(runner.run, found), 1):
-                print(f"[{k}/{len(found)}] {m.id}: {m.outcome} ({m.seconds:.1f} s) {m.detail}", file=sys.stderr)
+        runner = Runner(Path(tmp), a.seed, a.timeout, a.task_timeout, a.schedules, equivalents, a.check_only)
+        pool = concurrent.futures.ThreadPoolExecutor(max(1, a.jobs))
+        futures = [pool.submit(runner.run, m) for m in todo]
+        try:
+            for k, done in enumerate(concurrent.futures.as_completed(futures), 1):
+                m = done.result()
+                print(f"[{k}/{len(todo)}] {m.id}: {m.outcome} ({m.seconds:.1f} s) {m.detail}", file=sys.stderr)
+                if a.resume:
+                    _write(a.resume, _doc(a, chosen, found, time.monotonic() - started))
+        except KeyboardInterrupt:  # stopped: keep what was judged, leave the mutants in flight
+            pool.shutdown(wait=False, cancel_futures=True)
+            if a.resume:
+                judged = sum(bool(m.outcome) for m in found)
+                print(f"stopped; {a.resume} holds {judged} of {len(found)} verdict(s): rerun with --resume to go on",
+                      file=sys.stderr)
+            sys.stderr.flush()
+            os._exit(130)
+        pool.shutdown()
     total = time.monotonic() - started
 
     print(_table(found, "operator", "operator"))
@@ -697,18 +741,48 @@ def main(argv: list | None = None) -> int:
     survivors = [m for m in found if m.outcome in ("survived", "timeout")]
     for m in survivors:
         print(f"{m.outcome}: {m.id}  {m.site}  {m.change}")
-    print(f"{len(found)} mutant(s) in {total:.0f} s ({total / len(found):.1f} s per mutant, --jobs {a.jobs})")
-    if a.json:
-        fields = ("id", "name", "operator", "site", "line", "col", "change", "backends", "outcome", "detail",
-                  "seconds")
-        doc = {"seed": a.seed, "backends": list(chosen), "seconds": round(total, 1),
-               "mutants": [{f: getattr(m, f) for f in fields} for m in found]}
-        text = json.dumps(doc, indent=2, default=list)
-        if a.json == "-":
-            print(text)
-        else:
-            Path(a.json).write_text(text + "\n")
+    ran = len(todo)
+    print(f"{ran} mutant(s) run in {total:.0f} s ({total / max(ran, 1):.1f} s per mutant, --jobs {a.jobs})"
+          + (f"; {len(found) - ran} judged before" if len(found) > ran else ""))
+    doc = _doc(a, chosen, found, total)
+    if a.resume:
+        _write(a.resume, doc)
+    if a.json == "-":
+        print(json.dumps(doc, indent=2, default=list))
+    elif a.json:
+        _write(Path(a.json), doc)
     return 1 if survivors else 0
+
+
+FIELDS = ("id", "name", "operator", "site", "line", "col", "change", "backends", "outcome", "detail", "seconds")
+
+
+def _doc(a: argparse.Namespace, chosen: tuple, found: list, seconds: float) -> dict:
+    """The results so far: every mutant with an outcome (those still running or waiting have none)."""
+    return {"seed": a.seed, "backends": list(chosen), "seconds": round(seconds, 1),
+            "mutants": [{f: getattr(m, f) for f in FIELDS} for m in found if m.outcome]}
+
+
+def _write(path: Path, doc: dict) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(doc, indent=2, default=list) + "\n")
+    os.replace(tmp, path)  # a run stopped mid-write leaves the last whole file
+
+
+def _recorded(path: Path, chosen: tuple) -> dict:
+    """{(id, change): (outcome, detail, seconds)} of the verdicts in a results file of the same backends."""
+    if not path.exists():
+        return {}
+    try:
+        doc = json.loads(path.read_text())
+        entries = doc["mutants"]
+        backends = doc["backends"]
+    except (ValueError, KeyError, TypeError) as e:
+        raise ValueError(f"{path}: not a results file of this script ({e})") from None
+    if sorted(backends) != sorted(chosen):
+        raise ValueError(f"{path}: its mutants were judged on {', '.join(backends)}, not {', '.join(chosen)}")
+    return {(e["id"], e["change"]): (e["outcome"], e["detail"], e["seconds"])
+            for e in entries if e.get("outcome") in DECIDED}
 
 
 if __name__ == "__main__":

@@ -100,3 +100,37 @@ def test_a_mutant_that_is_not_there_is_bad_usage(tmp_path):
     assert r.returncode == 2
     assert r.stderr.splitlines()[-1] == ("mutation_test.py: error: no such mutant: rowmax:constant:1:1 "
                                           "(see --list)")
+
+
+def test_a_run_split_by_check_only_and_resumed_runs_each_mutant_once(tmp_path):
+    """--check-only judges what check and the generated tree decide and leaves the rest unjudged; --resume then
+    runs only those, and the results file ends with every verdict."""
+    ids = ["rowmax:compare_swap:20:17", "rowmax:constant:12:47", "rowmax:constant:20:40"]
+    args = [a for m in ids for a in ("--mutant", m)]
+    first = mutation_test(tmp_path, *args, "--check-only", "--resume", "r.json")
+    assert first.returncode == 0, first.stdout + first.stderr
+    report = json.loads((tmp_path / "r.json").read_text())
+    assert {m["id"]: m["outcome"] for m in report["mutants"]} == {
+        "rowmax:compare_swap:20:17": "unjudged", "rowmax:constant:12:47": "check",
+        "rowmax:constant:20:40": "equivalent"}
+    assert first.stdout.splitlines()[:2] == [
+        "operator      mutants  killed by check  killed by verify  survived  equivalent  timeout  unjudged  score",
+        "compare_swap  1        0                0                 0         0           0        1         -",
+    ]
+
+    second = mutation_test(tmp_path, *args, "--resume", "r.json")
+    assert second.returncode == 0, second.stdout + second.stderr
+    progress = [ln for ln in second.stderr.splitlines() if ln.startswith(("[", "2 of"))]
+    assert progress == ["2 of 3 mutant(s) judged in r.json; running the rest",
+                        "[1/1] rowmax:compare_swap:20:17: verify (" + progress[1].split("(")[1]]
+    assert progress[1].endswith(") fail: rowmax[interpret] ragged float32")
+    report = json.loads((tmp_path / "r.json").read_text())
+    assert {m["id"]: m["outcome"] for m in report["mutants"]} == {
+        "rowmax:compare_swap:20:17": "verify", "rowmax:constant:12:47": "check",
+        "rowmax:constant:20:40": "equivalent"}
+    assert "1 mutant(s) run in " in second.stdout and second.stdout.rstrip().endswith("; 2 judged before")
+
+    other = mutation_test(tmp_path, *args, "-b", "interpret", "--resume", "r.json")
+    assert other.returncode == 2
+    assert other.stderr.splitlines()[-1] == ("mutation_test.py: error: r.json: its mutants were judged on "
+                                              "interpret, mosaic_tpu, not interpret")
