@@ -715,6 +715,7 @@ def main(argv: list | None = None) -> int:
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="kspec-mutation-") as tmp:
         runner = Runner(Path(tmp), a.seed, a.timeout, a.task_timeout, a.schedules, equivalents, a.check_only)
+        signal.signal(signal.SIGTERM, _stopped)  # `timeout`'s signal stops a run as Ctrl-C does
         pool = concurrent.futures.ThreadPoolExecutor(max(1, a.jobs))
         futures = [pool.submit(runner.run, m) for m in todo]
         try:
@@ -727,7 +728,7 @@ def main(argv: list | None = None) -> int:
             pool.shutdown(wait=False, cancel_futures=True)
             if a.resume:
                 judged = sum(bool(m.outcome) for m in found)
-                print(f"stopped; {a.resume} holds {judged} of {len(found)} verdict(s): rerun with --resume to go on",
+                print(f"stopped; {a.resume} holds the results of {judged} of {len(found)} mutant(s): rerun with --resume to go on",
                       file=sys.stderr)
             sys.stderr.flush()
             os._exit(130)
@@ -752,6 +753,10 @@ def main(argv: list | None = None) -> int:
     elif a.json:
         _write(Path(a.json), doc)
     return 1 if survivors else 0
+
+
+def _stopped(signum, frame):
+    raise KeyboardInterrupt
 
 
 FIELDS = ("id", "name", "operator", "site", "line", "col", "change", "backends", "outcome", "detail", "seconds")
