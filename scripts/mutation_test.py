@@ -71,8 +71,8 @@ from kspec.codegen.spec import loader  # noqa: E402
 RUNNABLE_HERE = ("interpret", "mosaic_tpu")
 EVERY_BACKEND = ("interpret", "mosaic_tpu", "triton", "mosaic_gpu")
 EQUIVALENTS = REPO / "scripts" / "mutation_equivalents.yaml"
-OUTCOMES = ("check", "verify", "survived", "equivalent", "timeout")
-DECIDED = set(OUTCOMES)  # what `--resume` keeps: every outcome but `unjudged`
+OUTCOMES = ("check", "verify", "survived", "equivalent", "timeout")  # verdicts (`unjudged` is none)
+HEADS = {"check": "killed by check", "verify": "killed by verify"}
 
 
 # --- the mutation operators: each takes a parsed tree and yields (node, replacement) -------------------------
@@ -618,8 +618,7 @@ def _stale(equivalents: dict, found: list, specs: list, operators: list) -> list
 def _table(rows: list, by: str, label: str) -> str:
     keys = sorted({getattr(m, by) for m in rows})
     outcomes = OUTCOMES + (("unjudged",) if any(m.outcome == "unjudged" for m in rows) else ())
-    head = [label, "mutants", "killed by check", "killed by verify", "survived", "equivalent", "timeout",
-            *outcomes[len(OUTCOMES):], "score"]
+    head = [label, "mutants", *(HEADS.get(o, o) for o in outcomes), "score"]
     table = [head]
     for key in keys + ["all"]:
         ms = [m for m in rows if key == "all" or getattr(m, by) == key]
@@ -676,10 +675,12 @@ def main(argv: list | None = None) -> int:
         equivalents = load_equivalents(a.equivalents)
     except (ValueError, yaml.YAMLError) as e:
         p.error(str(e))
-    # An entry is stale when no backend's body has its mutant (not only the backends chosen here).
-    known = found if set(chosen) >= set(EVERY_BACKEND) else [
-        m for s in specs for m in mutants_of(s, EVERY_BACKEND, operators)]
-    for stale in _stale(equivalents, known, specs, operators):
+    missing = _stale(equivalents, found, specs, operators)
+    if missing and not set(chosen) >= set(EVERY_BACKEND):  # stale only if no backend's body has the mutant
+        touched = [s for s in specs if any(key.split(":")[0] == s.stem for key in missing)]
+        elsewhere = {m.id for s in touched for m in mutants_of(s, EVERY_BACKEND, operators)}
+        missing = [key for key in missing if key not in elsewhere]
+    for stale in missing:
         print(f"note: {a.equivalents.name}: {stale} is no mutant of the spec as it is now (edited since?)",
               file=sys.stderr)
     if a.mutant:
@@ -787,7 +788,7 @@ def _recorded(path: Path, chosen: tuple) -> dict:
     if sorted(backends) != sorted(chosen):
         raise ValueError(f"{path}: its mutants were judged on {', '.join(backends)}, not {', '.join(chosen)}")
     return {(e["id"], e["change"]): (e["outcome"], e["detail"], e["seconds"])
-            for e in entries if e.get("outcome") in DECIDED}
+            for e in entries if e.get("outcome") in OUTCOMES}
 
 
 if __name__ == "__main__":
