@@ -9,7 +9,8 @@
 # SWEEP_SPECS, SWEEP_FAMILY (a family's name, or "all"), SWEEP_ARGS (e.g. --case NAME), SWEEP_SAMPLES, TUNE_BUDGET (seconds) and TUNE_ARGS
 # shape the sweep steps; BENCH_SPECS and BENCH_ARGS the grad-bench step; MUTATE_ARGS (e.g. --sample 24 --jobs 4)
 # the mutate step (scripts/mutation_test.py over the Triton and Mosaic GPU bodies; it goes on from the verdicts of
-# MUTATE_RESULTS, a results file such as a CPU's `--check-only` pass writes, and $OUT/mutation.json holds them all).
+# MUTATE_RESULTS, a results file such as a CPU's pass writes: check's verdicts, and the Triton bodies' judged in
+# Pallas interpret mode; $OUT/mutation.json holds them all).
 #
 # The machine needs jax with its CUDA plugin; where it lacks jsonschema and has no network, put
 # the jsonschema wheels (and their dependencies) in .whl/ (git-ignored) and they are installed

@@ -25,7 +25,8 @@ mutant is
   at most in comments and the header's hashes; found before verify runs), or it is listed with a reviewed reason
   in scripts/mutation_equivalents.yaml (`--equivalents`);
 - `timeout`: a command ran past --timeout;
-- `unjudged`: with `--check-only`, check and generate passed and verify did not run.
+- `unjudged`: with `--check-only`, check and generate passed and verify did not run; or verify ran none of
+  the mutant's tasks, because this machine runs none of its backends (Mosaic GPU bodies off a GPU).
 
 Prints a table per operator and per spec and the surviving mutants; `--json FILE` (`-` for standard output)
 writes every mutant's result. Exits 0 when every mutant that is not equivalent was killed, 1 otherwise, 2 for
@@ -34,9 +35,11 @@ bad usage.
 A run can be split and resumed. `--resume FILE` reads the results FILE holds (a `--json` file of the same
 backends), runs only the mutants it has no verdict for (an `unjudged` one is run), and writes FILE again
 after each mutant, so a run that is stopped keeps what it judged and the next one goes on from there. With
-`--check-only`, verify does not run: on a machine without a GPU, `-b triton -b mosaic_gpu --check-only
---resume FILE` judges what check and the generated code's tree decide, and the same command without
-`--check-only` on a GPU machine judges only the rest.
+`--check-only`, verify does not run: `-b triton -b mosaic_gpu --check-only --resume FILE` judges what check
+and the generated code's tree decide. Without it, on a machine without a GPU, verify runs the Triton bodies in
+Pallas interpret mode (`kspec verify --backend triton` does so off a GPU) and leaves the Mosaic GPU ones
+`unjudged`; the same command on a GPU machine judges only what is left. A part of the mutants (`--spec`,
+`--operator`, `--sample`) can be resumed on its own: the file keeps the others' entries as they were.
 """
 
 from __future__ import annotations
@@ -50,6 +53,7 @@ import functools
 import json
 import os
 import random
+import re
 import shutil
 import signal
 import subprocess
@@ -480,8 +484,9 @@ def _kspec(args: list, cwd: Path, timeout: float) -> subprocess.CompletedProcess
     return r
 
 
-def _verify(args: list, cwd: Path, timeout: float) -> str:
-    """Run `kspec verify`; the first failed or errored task's progress line, or "" when it passed.
+def _verify(args: list, cwd: Path, timeout: float) -> str | None:
+    """Run `kspec verify`; the first failed or errored task's progress line, "" when it passed, or None when
+    it ran no task (this machine runs none of the mutant's backends).
 
     verify prints `[k/n] <status> <task>` on standard error as each task ends (standard error not being a
     terminal); a mutant is killed by its first failed task, so verify is stopped there."""
@@ -504,7 +509,10 @@ def _verify(args: list, cwd: Path, timeout: float) -> str:
         if expired.is_set():
             raise subprocess.TimeoutExpired(["python", "-m", "kspec", "verify"], timeout)
         out.seek(0)
-        return "" if rc == 0 else f"exit {rc}: " + _first_error(out.read())
+        report = out.read()
+        if rc == 0 and re.search(r"^0 passed, 0 failed, 0 errors", report, re.M):
+            return None  # every task skipped: nothing here runs the mutant's backends
+        return "" if rc == 0 else f"exit {rc}: " + _first_error(report)
 
 
 def _stop(proc: subprocess.Popen) -> None:
@@ -590,6 +598,8 @@ class Runner:
             if self.schedules is not None:
                 args += ["--schedules", str(self.schedules)]
             failed = _verify(args, root, self.timeout)
+            if failed is None:
+                return "unjudged", f"verify ran no task: this machine runs none of {', '.join(m.backends)}"
             return ("verify", failed) if failed else ("survived", "verify passed")
         finally:
             shutil.rmtree(root, ignore_errors=True)
@@ -701,10 +711,11 @@ def main(argv: list | None = None) -> int:
         print("no mutants")
         return 0
 
-    todo = found
+    todo, others = found, []
     if a.resume:
         try:
             recorded = _recorded(a.resume, chosen)
+            others = _others(a.resume, found)
         except ValueError as e:
             p.error(str(e))
         for m in found:
@@ -724,7 +735,7 @@ def main(argv: list | None = None) -> int:
                 m = done.result()
                 print(f"[{k}/{len(todo)}] {m.id}: {m.outcome} ({m.seconds:.1f} s) {m.detail}", file=sys.stderr)
                 if a.resume:
-                    _write(a.resume, _doc(a, chosen, found, time.monotonic() - started))
+                    _write(a.resume, _doc(a, chosen, found, time.monotonic() - started, others))
         except KeyboardInterrupt:  # stopped: keep what was judged, leave the mutants in flight
             pool.shutdown(wait=False, cancel_futures=True)
             if a.resume:
@@ -748,7 +759,7 @@ def main(argv: list | None = None) -> int:
           + (f"; {len(found) - ran} judged before" if len(found) > ran else ""))
     doc = _doc(a, chosen, found, total)
     if a.resume:
-        _write(a.resume, doc)
+        _write(a.resume, _doc(a, chosen, found, total, others))
     if a.json == "-":
         print(json.dumps(doc, indent=2, default=list))
     elif a.json:
@@ -763,16 +774,26 @@ def _stopped(signum, frame):
 FIELDS = ("id", "name", "operator", "site", "line", "col", "change", "backends", "outcome", "detail", "seconds")
 
 
-def _doc(a: argparse.Namespace, chosen: tuple, found: list, seconds: float) -> dict:
-    """The results so far: every mutant with an outcome (those still running or waiting have none)."""
+def _doc(a: argparse.Namespace, chosen: tuple, found: list, seconds: float, others: list = ()) -> dict:
+    """The results so far: every mutant with an outcome (those still running or waiting have none),
+    and `others`, the entries of a resumed file that this run's selection left out, as they were."""
     return {"seed": a.seed, "backends": list(chosen), "seconds": round(seconds, 1),
-            "mutants": [{f: getattr(m, f) for f in FIELDS} for m in found if m.outcome]}
+            "mutants": [{f: getattr(m, f) for f in FIELDS} for m in found if m.outcome] + list(others)}
 
 
 def _write(path: Path, doc: dict) -> None:
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(json.dumps(doc, indent=2, default=list) + "\n")
     os.replace(tmp, path)  # a run stopped mid-write leaves the last whole file
+
+
+def _others(path: Path, found: list) -> list:
+    """The entries of a results file for mutants this run did not select (another --spec, --operator or
+    --sample): a resumed run that judges a part keeps the rest of the file."""
+    if not path.exists():
+        return []
+    selected = {(m.id, m.change) for m in found}
+    return [e for e in json.loads(path.read_text())["mutants"] if (e["id"], e["change"]) not in selected]
 
 
 def _recorded(path: Path, chosen: tuple) -> dict:

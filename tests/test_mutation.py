@@ -118,17 +118,24 @@ def test_a_run_split_by_check_only_and_resumed_runs_each_mutant_once(tmp_path):
         "compare_swap  1        0                0                 0         0           0        1         -",
     ]
 
-    second = mutation_test(tmp_path, *args, "--resume", "r.json")
-    assert second.returncode == 0, second.stdout + second.stderr
-    progress = [ln for ln in second.stderr.splitlines() if ln.startswith(("[", "2 of"))]
-    assert progress == ["2 of 3 mutant(s) judged in r.json; running the rest",
+    # A resumed run of a part of the mutants (here one, by --mutant) runs what it selected and keeps the rest
+    # of the file as it was.
+    third = mutation_test(tmp_path, "--mutant", ids[0], "--resume", "r.json")
+    assert third.returncode == 0, third.stdout + third.stderr
+    progress = [ln for ln in third.stderr.splitlines() if ln.startswith(("[", "0 of"))]
+    assert progress == ["0 of 1 mutant(s) judged in r.json; running the rest",
                         "[1/1] rowmax:compare_swap:20:17: verify (" + progress[1].split("(")[1]]
     assert progress[1].endswith(") fail: rowmax[interpret] ragged float32")
     report = json.loads((tmp_path / "r.json").read_text())
     assert {m["id"]: m["outcome"] for m in report["mutants"]} == {
         "rowmax:compare_swap:20:17": "verify", "rowmax:constant:12:47": "check",
         "rowmax:constant:20:40": "equivalent"}
-    assert "1 mutant(s) run in " in second.stdout and second.stdout.rstrip().endswith("; 2 judged before")
+    assert "1 mutant(s) run in " in third.stdout and "judged before" not in third.stdout
+
+    again = mutation_test(tmp_path, *args, "--resume", "r.json")
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert "3 of 3 mutant(s) judged in r.json; running the rest" in again.stderr
+    assert "0 mutant(s) run in " in again.stdout and again.stdout.rstrip().endswith("; 3 judged before")
 
     other = mutation_test(tmp_path, *args, "-b", "interpret", "--resume", "r.json")
     assert other.returncode == 2

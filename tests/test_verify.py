@@ -95,6 +95,23 @@ def test_shipped_library_passes_on_interpret_and_tpu_interpret(tmp_path):
     assert out.splitlines()[-1].endswith("0 failed, 0 errors, 34 skipped")
 
 
+def test_shipped_triton_bodies_pass_in_pallas_interpret_mode(tmp_path):
+    """Off a GPU, `--backend triton` runs every Triton body of the library in Pallas interpret mode: each
+    declared and derived case passes, gradients included; the cases that name other backends are skipped."""
+    report = tmp_path / "verify.json"
+    rc, out, err = kspec("verify", "--backend", "triton", "--seed", "3", "--json", report)
+    assert rc == 0, out + err
+    rows = results(report)
+    with_triton = {p.stem for p in (ROOT / "specs").glob("*.yaml") if "\n  triton:" in p.read_text()}
+    assert {r["kernel"] for r in rows} == with_triton and {r["backend"] for r in rows} == {"triton"}
+    assert {r["mode"] for r in rows} == {"run", "grad"}
+    skipped = {r["case"] for r in rows if r["status"] == "skip"}
+    assert skipped == {"derived:steps1_S", "derived:steps3_H", "derived:steps3_S", "derived:steps3_S_2",
+                       "one_key_blocks", "one_row_blocks", "one_token"}, skipped
+    assert all(r["status"] == "pass" for r in rows if r["status"] != "skip"), [r for r in rows if r["status"] != "pass"]
+    assert out.splitlines()[-1] == "169 passed, 0 failed, 0 errors, 20 skipped"
+
+
 def test_json_report_is_complete_and_seed_reproduces(tmp_path):
     a, b, c = (tmp_path / f"{n}.json" for n in "abc")
     spec = ROOT / "specs" / "softmax.yaml"
@@ -305,3 +322,61 @@ def test_json_to_standard_output_holds_the_report_alone(tmp_path):
     assert {r["case"] for r in report["results"]} == {"ragged"}
     assert err.splitlines()[-1] == "1 passed, 0 failed, 0 errors, 0 skipped"
     assert not (tmp_path / "-").exists()
+
+
+def test_triton_bodies_run_in_pallas_interpret_mode_off_a_gpu_when_named(tmp_path):
+    """Off a GPU, verify skips the Triton tasks unless `--backend triton` names them; named, it runs the Triton
+    body in Pallas interpret mode, its gradient too, and a bug of that body alone fails there: softmax's masked
+    load filling the pad past N 768 with 0.0 instead of -inf adds exp(-max) per padded column to each row's sum."""
+    proj = project(tmp_path, ROOT / "specs" / "softmax.yaml", ROOT / "specs" / "softmax_dx.yaml")
+    rc, out, err = kspec("verify", "specs/softmax.yaml", "--case", "bert", "--seed", "3", "--schedules", "1", cwd=proj)
+    assert rc == 0, out + err
+    assert ("skipped 6 triton task(s): needs a gpu device; this machine's jax platform is cpu "
+            "(`--backend triton` runs it here in Pallas interpret mode)") in out.splitlines()
+
+    report = tmp_path / "r.json"
+    rc, out, err = kspec("verify", "specs/softmax.yaml", "-b", "triton", "--case", "bert", "--seed", "3",
+                         "--json", report, cwd=proj)
+    assert rc == 0, out + err
+    # the spec's backward kernel, softmax_dx, comes along (its vjp: names it)
+    assert sorted((r["kernel"], r["backend"], r["mode"], r["dtype"], r["status"]) for r in results(report)) == [
+        ("softmax", "triton", "grad", "bfloat16", "pass"), ("softmax", "triton", "grad", "float32", "pass"),
+        ("softmax", "triton", "run", "bfloat16", "pass"), ("softmax", "triton", "run", "float32", "pass"),
+        ("softmax_dx", "triton", "run", "bfloat16", "pass"), ("softmax_dx", "triton", "run", "float32", "pass")]
+
+    spec = proj / "specs" / "softmax.yaml"
+    text = spec.read_text()
+    assert text.count("other=-jnp.inf).astype") == 1
+    spec.write_text(text.replace("other=-jnp.inf).astype", "other=0.0).astype"))
+    assert kspec("generate", cwd=proj)[0] == 0
+    rc, out, err = kspec("verify", "specs/softmax.yaml", "-b", "triton", "--case", "bert", "--seed", "3",
+                         "--json", report, cwd=proj)
+    assert rc == 1, out + err
+    failed = {(r["mode"], r["dtype"]): r["message"] for r in results(report)
+              if r["status"] == "fail" and r["kernel"] == "softmax"}
+    assert ("run", "float32") in failed and "elements outside tolerance" in failed[("run", "float32")]
+
+
+def test_an_out_of_bounds_store_fails_in_interpret_mode_with_its_spec_line(tmp_path):
+    """layer_norm_bwd's Triton body clears its partial sums chunk by chunk under a mask; without it, the last
+    chunk's store (columns 512 to 767 of a 700-column row) runs past the block. Interpret mode drops those
+    elements, so the values still match; on a GPU they land in the next program's row. Verify counts the
+    elements each store writes outside its ref and fails the task at the store's line."""
+    proj = project(tmp_path, ROOT / "specs" / "layer_norm_bwd.yaml")
+    spec = proj / "specs" / "layer_norm_bwd.yaml"
+    lines = spec.read_text().splitlines(keepends=True)
+    masked = "pltriton.store(dgamma_ref.at[:, pl.ds(c * width, width)], zeros, mask=inside(c))"
+    assert lines[173].strip() == masked
+    lines[173] = lines[173].replace(", mask=inside(c))", ")")
+    spec.write_text("".join(lines))
+    assert kspec("generate", cwd=proj)[0] == 0
+    report = tmp_path / "r.json"
+    rc, out, err = kspec("verify", "-b", "triton", "--case", "chunked", "--seed", "3", "--json", report, cwd=proj)
+    assert rc == 1, out + err
+    [row] = results(report)
+    assert row["status"] == "fail"
+    assert row["message"] == (
+        "out-of-bounds store: specs/layer_norm_bwd.yaml:174:15: in body: "
+        "pltriton.store(dgamma_ref.at[:, pl.ds(c * width, width)], zeros): "
+        "a store to [0:1, 512:768] of a (1, 700) ref writes 68 element(s) outside it\n"
+        "(interpret mode drops those elements; compiled, they land in the next block's rows or past the array)")

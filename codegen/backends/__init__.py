@@ -25,6 +25,8 @@ class Backend:
     imports: tuple = ()
     # the `interpret=` argument to pallas_call ("interpret" means: the function's own arg)
     interpret: str = "False"
+    # how the generated function's docstring explains its own `interpret` arg
+    interpret_doc: str = ""
     # the template in templates/ that renders its module (kernel.py.j2: a pallas_call)
     template: str = "kernel.py.j2"
     # What of the pallas_call surface it takes (checks read these; E410, E412 to E414):
@@ -48,6 +50,10 @@ class Backend:
     # Platforms where it interprets a device kernel although it runs there natively (interpret mode on
     # the CPU): verify keeps every bfloat16 rounding for it, as for a simulated backend
     interpreted_on: tuple = ()
+    # Off its own platforms, verify can run its body in Pallas interpret mode (interpret=True), where a
+    # task is asked for by name (`kspec verify --backend triton`): slower than the device, and the
+    # device's own semantics (out-of-bounds accesses, a race between programs) are not reproduced
+    interprets_off_device: bool = False
 
     def simulated_on(self, platform: str) -> bool:
         """Whether it runs in TPU interpret mode on this jax platform."""
@@ -56,7 +62,11 @@ class Backend:
     def rounds_as_a_device_on(self, platform: str) -> bool:
         """Whether verify runs it here with every bfloat16 rounding kept (codegen/run/pool.py,
         TPU_NUMERICS): where it stands in for a device it is not running on."""
-        return self.simulated_on(platform) or platform in self.interpreted_on
+        return self.simulated_on(platform) or platform in self.interpreted_on or self.interpreted_off_device(platform)
+
+    def interpreted_off_device(self, platform: str) -> bool:
+        """Whether verify runs its body here in Pallas interpret mode, off its own platforms."""
+        return self.interprets_off_device and platform not in self.platforms
 
 
 TPU_MEMORY_SPACES = {MemorySpace.ANY: "pl.ANY", MemorySpace.HBM: "pltpu.HBM", MemorySpace.VMEM: "pltpu.VMEM",
@@ -96,6 +106,10 @@ BACKENDS: dict[BackendName, Backend] = {
             # any: the whole array, which the body indexes itself (e.g. a persistent row loop)
             memory_spaces={MemorySpace.ANY: "pl.ANY"},
             pads_ragged_blocks=True,
+            interpret="interpret",
+            interpret_doc="False to compile for the GPU, or True to run the Triton body in Pallas interpret\n"
+            "            mode on any platform (as `kspec verify --backend triton` does off a GPU).",
+            interprets_off_device=True,
         ),
         Backend(
             "mosaic_gpu",
@@ -120,6 +134,8 @@ BACKENDS: dict[BackendName, Backend] = {
             compiler_params_class="pltpu.CompilerParams",
             imports=("from jax.experimental.pallas import tpu as pltpu",),
             interpret="interpret",
+            interpret_doc="False to compile for TPU, or pltpu.InterpretParams(...) to run\n"
+            "            on any platform in TPU interpret mode.",
             memory_spaces=TPU_MEMORY_SPACES,
             block_kinds=ALL_BLOCK_KINDS,
             element_padding=True,

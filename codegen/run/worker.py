@@ -24,7 +24,7 @@ import numpy as np
 
 from kspec.codegen.backends import BACKENDS
 from kspec.codegen.checks import instances
-from kspec.codegen.run import deadlock, multicore
+from kspec.codegen.run import bounds, deadlock, multicore
 from kspec.codegen import project as pipeline
 from kspec.codegen.spec import dtypes as dt
 from kspec.codegen.run.compare import compare_within, verdict_result
@@ -133,6 +133,16 @@ def spec_line(task: Task, e: BaseException) -> str | None:
     or None."""
     import traceback
 
+    for frame in reversed(traceback.extract_tb(e.__traceback__)):
+        found = _spec_loc(task, frame.filename, frame.line or "")
+        if found:
+            return found
+    return None
+
+
+def _spec_loc(task: Task, filename: str, text: str) -> str | None:
+    """`path:line:col: in <which code>: <text>` when `filename` is a module of the kernel's generated package
+    and `text`, a line of it, is a line of the spec's code; else None."""
     compiled = _compiled.get(task.spec_path)
     if compiled is None or compiled.spec is None:
         return None
@@ -140,24 +150,23 @@ def spec_line(task: Task, e: BaseException) -> str | None:
     codes = [("reference", spec.reference)] + [("body", v.body) for v in spec.variants.values()]
     codes += [(f"competitor {c.name}", c.body) for c in spec.competitors]
     package = (Path(task.out_root) / task.kernel).resolve()
-    for frame in reversed(traceback.extract_tb(e.__traceback__)):
-        try:
-            inside = Path(frame.filename).resolve().is_relative_to(package)
-        except (OSError, ValueError):
-            continue
-        text = (frame.line or "").strip()
-        if not inside or not text:
-            continue
-        first = [(which, code) for which, code in codes if code is not None]
-        if Path(frame.filename).name == "reference.py":
-            first.sort(key=lambda wc: wc[0] != "reference")
-        else:
-            first.sort(key=lambda wc: wc[0] == "reference")
-        for which, code in first:
-            for n, line in enumerate(code.source.splitlines(), 1):
-                if line.strip() == text:
-                    loc = code.loc_of(n, len(line) - len(line.lstrip()))
-                    return f"{loc}: in {which}: {text}"
+    try:
+        inside = Path(filename).resolve().is_relative_to(package)
+    except (OSError, ValueError):
+        return None
+    text = text.strip()
+    if not inside or not text:
+        return None
+    first = [(which, code) for which, code in codes if code is not None]
+    if Path(filename).name == "reference.py":
+        first.sort(key=lambda wc: wc[0] != "reference")
+    else:
+        first.sort(key=lambda wc: wc[0] == "reference")
+    for which, code in first:
+        for n, line in enumerate(code.source.splitlines(), 1):
+            if line.strip() == text:
+                loc = code.loc_of(n, len(line) - len(line.lstrip()))
+                return f"{loc}: in {which}: {text}"
     return None
 
 
@@ -273,6 +282,8 @@ def _run(task: Task, start: float) -> Result:
     if not isinstance(task, RunTask):
         raise TypeError(f"a worker runs no task of kind {type(task).__name__}")
     call = functools.partial(prep.fn, **prep.params)
+    if BACKENDS[task.backend].interpreted_off_device(jax.default_backend()):  # a Triton body off a GPU
+        call = functools.partial(prep.fn, **prep.params, interpret=True)
     if BACKENDS[task.backend].simulated_on(jax.default_backend()):
         try:
             out = _run_schedules(task, prep, call, start)
@@ -297,13 +308,39 @@ def _run_once(task: RunTask, prep: Prepared, call, start: float, loose: bool = F
 
     before = [None if x is None else np.asarray(x).copy() for x in prep.inputs]
     reference_outputs(prep)  # from the inputs as they are before the kernel runs
+    checking = _checks_stores(task)
+    bounds.take()
     with contextlib.redirect_stdout(io.StringIO()):  # what the kernel prints is not verify's output
         outs = jax.block_until_ready(call(*prep.inputs))
     seconds = round(time.monotonic() - start, 3)
     clobbered = _clobbered(prep, before)
     if clobbered:
         return result(task, Status.FAIL, clobbered, seconds=seconds)
+    stores = bounds.take() if checking else []
+    if stores:
+        return result(task, Status.FAIL, _out_of_bounds(task, stores), seconds=seconds)
     return check_outputs(task, prep, outs, seconds, loose)
+
+
+def _checks_stores(task: Task) -> bool:
+    """Whether this task's kernel runs in Pallas interpret mode here, with its stores' bounds checked
+    (codegen/run/bounds.py): the interpret backend, and a Triton body off a GPU."""
+    import jax
+
+    info = BACKENDS[task.backend]
+    interpreted = task.backend == "interpret" or info.interpreted_off_device(jax.default_backend())
+    return interpreted and bounds.install()
+
+
+def _out_of_bounds(task: Task, stores: list) -> str:
+    import linecache
+
+    lines = []
+    for store in stores:
+        where = _spec_loc(task, store.file, linecache.getline(store.file, store.line)) or f"{store.file}:{store.line}"
+        lines.append(f"out-of-bounds store: {where}: {store.describe()}")
+    lines.append("(interpret mode drops those elements; compiled, they land in the next block's rows or past the array)")
+    return "\n".join(lines)
 
 
 def _other_kinds(task: RunTask, prep: Prepared, passed: Result, start: float, call, note: str = "") -> Result:
@@ -444,7 +481,8 @@ def reference_outputs(prep: Prepared) -> tuple:
 def _run_grad(task: GradTask, prep: Prepared, start: float) -> Result:
     """Grad mode: the kernel's jax.custom_vjp (generated/<kernel>/_vjp.py) against jax.vjp of
     the reference. Off TPU, mosaic_tpu runs in TPU interpret mode, the backward kernels too
-    (without the race detector: it records one kernel's grid)."""
+    (without the race detector: it records one kernel's grid); off a GPU, triton in Pallas interpret
+    mode."""
     import jax
 
     from kspec.codegen.run import grad as gradrun
@@ -456,6 +494,8 @@ def _run_grad(task: GradTask, prep: Prepared, start: float) -> Result:
 
         _reset_tpu_interpret()
         interpret = pltpu.InterpretParams(out_of_bounds_reads="raise", uninitialized_memory="nan")
+    elif BACKENDS[task.backend].interpreted_off_device(jax.default_backend()):
+        interpret = True
     return gradrun.grad(task, prep, module, interpret, start)
 
 

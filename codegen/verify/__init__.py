@@ -84,7 +84,7 @@ def plan(
     for k in range(repeat):
         for c, name, i, case, assign, label in matrix(compiled, backends=backends, cases=cases):
             for task, why in _tasks(c, name, i, case, assign, label, seed + k, lower, platform, schedules,
-                                    kinds.chosen(inputs, c.spec, assign, i), True):
+                                    kinds.chosen(inputs, c.spec, assign, i), True, tuple(backends)):
                 if not why:
                     tasks.append(task)
                 elif k == 0:
@@ -95,7 +95,7 @@ def plan(
             if exhaustive:
                 chosen = kinds.chosen(("all",) if inputs == ("default",) else inputs, c.spec, assign, i)
             for task, why in _tasks(c, name, i, d.case, assign, label, seed + k, lower, platform,
-                                    schedules if exhaustive else 1, chosen, exhaustive):
+                                    schedules if exhaustive else 1, chosen, exhaustive, tuple(backends)):
                 task = dataclasses.replace(task, case_dims=tuple(d.case.dims.items()))
                 if not why:
                     tasks.append(task)
@@ -105,16 +105,17 @@ def plan(
 
 
 def _tasks(c, name: str, i: int, case, assign: dict, label: str, seed: int, lower: bool, platform: str | None,
-           schedules: int, chosen: tuple, grad: bool) -> list:
+           schedules: int, chosen: tuple, grad: bool, asked: tuple = ()) -> list:
     """[(task, skip reason or None)] for one case x backend x dtype assignment: a run (or lower)
-    task, and a grad task when the spec has `vjp:`, `grad` asks for it and an input is floating-point."""
+    task, and a grad task when the spec has `vjp:`, `grad` asks for it and an input is floating-point.
+    `asked`: the backends named by --backend (off a GPU, a Triton body runs interpreted only if named)."""
     common = dict(spec_path=str(c.path), kernel=c.spec.name, backend=name, case=case.name, case_index=i,
                   dtypes=tuple(assign.items()), dtype_label=label, seed=seed,
                   out_root=str(pipeline.out_root_for(c.path)))
     planned = [LowerTask(**common) if lower else RunTask(**common, schedules=schedules, inputs=chosen)]
     if grad and c.spec.vjp is not None and any(dt.is_float(assign[o.name]) for o in c.spec.inputs):
         planned.append(LowerTask(**common, grad=True) if lower else GradTask(**common))
-    why = (_mesh_only_reason(c.spec) or _skip_reason(name, platform, lower)
+    why = (_mesh_only_reason(c.spec) or _skip_reason(name, platform, lower, asked=name in asked)
            or _dtype_reason(c.spec.variants[name], assign, case))
     return [(task, why) for task in planned]
 
@@ -170,13 +171,20 @@ def _mesh_only_reason(spec) -> str | None:
     return None
 
 
-def _skip_reason(backend: str, platform: str | None, lower: bool) -> str | None:
+def _skip_reason(backend: str, platform: str | None, lower: bool, asked: bool | None = None) -> str | None:
+    """Why a task of `backend` does not run here, or None. `asked`: whether --backend named it (None: a
+    sharded task, which runs Triton on a GPU only)."""
     info = BACKENDS[backend]
     if lower:
         return None if info.lowering_platform else "nothing to lower: runs in interpret mode"
     if platform in info.platforms or info.simulated:  # runs here, or in TPU interpret mode
         return None
-    return f"needs a {'/'.join(info.platforms)} device; this machine's jax platform is {platform}"
+    if info.interprets_off_device and asked:  # its body in Pallas interpret mode, as asked
+        return None
+    why = f"needs a {'/'.join(info.platforms)} device; this machine's jax platform is {platform}"
+    if info.interprets_off_device and asked is not None:
+        why += f" (`--backend {backend}` runs it here in Pallas interpret mode)"
+    return why
 
 
 def _dtype_reason(variant, assign: dict, case=None) -> str | None:
