@@ -379,4 +379,28 @@ def test_an_out_of_bounds_store_fails_in_interpret_mode_with_its_spec_line(tmp_p
         "out-of-bounds store: specs/layer_norm_bwd.yaml:174:15: in body: "
         "pltriton.store(dgamma_ref.at[:, pl.ds(c * width, width)], zeros): "
         "a store to [0:1, 512:768] of a (1, 700) ref writes 68 element(s) outside it\n"
-        "(interpret mode drops those elements; compiled, they land in the next block's rows or past the array)")
+        "(interpret mode drops the elements stored outside; compiled, they land in the next block's rows or past "
+        "the array)")
+
+
+def test_an_out_of_bounds_load_fails_in_interpret_mode_with_its_spec_line(tmp_path):
+    """layer_norm's Triton body loads gamma as a power-of-two row under a mask. Unmasked, the load reads past the
+    768 columns of gamma's (1, 768) block: interpret mode gives NaN there, which the masked store then leaves
+    out, so the values match; on a GPU it reads past the array. Verify fails the task at the load's line."""
+    proj = project(tmp_path, ROOT / "specs" / "layer_norm.yaml", ROOT / "specs" / "layer_norm_bwd.yaml")
+    spec = proj / "specs" / "layer_norm.yaml"
+    text = spec.read_text()
+    masked = "scale = pltriton.load(gamma_ref.at[:, pl.ds(0, cols)], mask=mask, other=0.0)"
+    assert text.count(masked) == 1
+    spec.write_text(text.replace(masked, "scale = pltriton.load(gamma_ref.at[:, pl.ds(0, cols)])"))
+    assert kspec("generate", cwd=proj)[0] == 0
+    report = tmp_path / "r.json"
+    rc, out, err = kspec("verify", "specs/layer_norm.yaml", "-b", "triton", "--case", "bert", "--seed", "3",
+                         "--json", report, cwd=proj)
+    assert rc == 1, out + err
+    failed = [r for r in results(report) if r["kernel"] == "layer_norm" and r["mode"] == "run"]
+    assert [r["status"] for r in failed] == ["fail", "fail"]
+    assert failed[0]["message"] == (
+        "out-of-bounds load: specs/layer_norm.yaml:98:7: in body: scale = pltriton.load(gamma_ref.at[:, "
+        "pl.ds(0, cols)]).astype(jnp.float32): a load from [0:1, 0:1024] of a (1, 768) ref reads 256 element(s) "
+        "outside it\n(interpret mode reads NaN outside; compiled, a load reads whatever lies there, or faults)")

@@ -316,14 +316,14 @@ def _run_once(task: RunTask, prep: Prepared, call, start: float, loose: bool = F
     clobbered = _clobbered(prep, before)
     if clobbered:
         return result(task, Status.FAIL, clobbered, seconds=seconds)
-    stores = bounds.take() if checking else []
-    if stores:
-        return result(task, Status.FAIL, _out_of_bounds(task, stores), seconds=seconds)
+    outside = bounds.take() if checking else []
+    if outside:
+        return result(task, Status.FAIL, _out_of_bounds(task, outside), seconds=seconds)
     return check_outputs(task, prep, outs, seconds, loose)
 
 
 def _checks_stores(task: Task) -> bool:
-    """Whether this task's kernel runs in Pallas interpret mode here, with its stores' bounds checked
+    """Whether this task's kernel runs in Pallas interpret mode here, with its loads' and stores' bounds checked
     (codegen/run/bounds.py): the interpret backend, and a Triton body off a GPU."""
     import jax
 
@@ -332,14 +332,20 @@ def _checks_stores(task: Task) -> bool:
     return interpreted and bounds.install()
 
 
-def _out_of_bounds(task: Task, stores: list) -> str:
+def _out_of_bounds(task: Task, found: list) -> str:
     import linecache
 
     lines = []
-    for store in stores:
-        where = _spec_loc(task, store.file, linecache.getline(store.file, store.line)) or f"{store.file}:{store.line}"
-        lines.append(f"out-of-bounds store: {where}: {store.describe()}")
-    lines.append("(interpret mode drops those elements; compiled, they land in the next block's rows or past the array)")
+    for access in found:
+        line = linecache.getline(access.file, access.line)
+        where = _spec_loc(task, access.file, line) or f"{access.file}:{access.line}"
+        lines.append(f"out-of-bounds {access.kind}: {where}: {access.describe()}")
+    kinds = {access.kind for access in found}
+    if "store" in kinds:
+        lines.append("(interpret mode drops the elements stored outside; compiled, they land in the next block's rows "
+                     "or past the array)")
+    if "load" in kinds:
+        lines.append("(interpret mode reads NaN outside; compiled, a load reads whatever lies there, or faults)")
     return "\n".join(lines)
 
 
