@@ -55,7 +55,8 @@ def test_shipped_library_passes_on_interpret_and_tpu_interpret(tmp_path):
     # sharded matmuls' partial column block (both for TPU interpret mode's sake; see the specs), and the
     # derived cases made from those ragged cases; flash attention's cases of blocks one element apart, which
     # name the backends they run on (one_key_blocks and one_row_blocks: interpret; one_token: mosaic_tpu), and
-    # the derived cases made from them; the norms' backward cases of rows read in column chunks (triton only)
+    # the derived cases made from them; the norms' cases of a persistent grid walking rows, and their backward
+    # cases of rows read in column chunks (triton only)
     skipped = sorted((r["kernel"], r["backend"], r["case"]) for r in rows if r["status"] == "skip")
     assert skipped == [('accumulate', 'mosaic_tpu', 'derived:steps1_M'),
                        ('accumulate', 'mosaic_tpu', 'derived:steps1_N'),
@@ -82,17 +83,29 @@ def test_shipped_library_passes_on_interpret_and_tpu_interpret(tmp_path):
                        ('flash_attention_dq', 'mosaic_tpu', 'derived:steps3_S'),
                        ('flash_attention_dq', 'mosaic_tpu', 'derived:steps3_S_2'),
                        ('flash_attention_dq', 'mosaic_tpu', 'one_key_blocks'),
+                       ('layer_norm', 'interpret', 'row_loop'),
+                       ('layer_norm', 'interpret', 'row_loop'),
+                       ('layer_norm', 'mosaic_tpu', 'row_loop'),
+                       ('layer_norm', 'mosaic_tpu', 'row_loop'),
                        ('layer_norm_bwd', 'interpret', 'chunked'),
+                       ('layer_norm_bwd', 'interpret', 'chunked_one'),
                        ('layer_norm_bwd', 'mosaic_tpu', 'chunked'),
+                       ('layer_norm_bwd', 'mosaic_tpu', 'chunked_one'),
                        ('matmul_2d', 'mosaic_tpu', 'derived:steps2_M'),
                        ('matmul_2d', 'mosaic_tpu', 'ragged_n'),
                        ('matmul_dp', 'mosaic_tpu', 'derived:steps2_M'),
                        ('matmul_dp', 'mosaic_tpu', 'ragged_n'),
                        ('matmul_ksplit', 'mosaic_tpu', 'ragged_n'),
+                       ('rms_norm', 'interpret', 'row_loop'),
+                       ('rms_norm', 'interpret', 'row_loop'),
+                       ('rms_norm', 'mosaic_tpu', 'row_loop'),
+                       ('rms_norm', 'mosaic_tpu', 'row_loop'),
                        ('rms_norm_bwd', 'interpret', 'chunked'),
-                       ('rms_norm_bwd', 'mosaic_tpu', 'chunked')]
+                       ('rms_norm_bwd', 'interpret', 'chunked_one'),
+                       ('rms_norm_bwd', 'mosaic_tpu', 'chunked'),
+                       ('rms_norm_bwd', 'mosaic_tpu', 'chunked_one')]
     assert all(r["status"] == "pass" for r in rows if r["status"] != "skip"), [r for r in rows if r["status"] != "pass"]
-    assert out.splitlines()[-1].endswith("0 failed, 0 errors, 34 skipped")
+    assert out.splitlines()[-1].endswith("0 failed, 0 errors, 46 skipped")
 
 
 def test_shipped_triton_bodies_pass_in_pallas_interpret_mode(tmp_path):
@@ -109,7 +122,7 @@ def test_shipped_triton_bodies_pass_in_pallas_interpret_mode(tmp_path):
     assert skipped == {"derived:steps1_S", "derived:steps3_H", "derived:steps3_S", "derived:steps3_S_2",
                        "one_key_blocks", "one_row_blocks", "one_token"}, skipped
     assert all(r["status"] == "pass" for r in rows if r["status"] != "skip"), [r for r in rows if r["status"] != "pass"]
-    assert out.splitlines()[-1] == "169 passed, 0 failed, 0 errors, 20 skipped"
+    assert out.splitlines()[-1] == "175 passed, 0 failed, 0 errors, 20 skipped"
 
 
 def test_json_report_is_complete_and_seed_reproduces(tmp_path):
