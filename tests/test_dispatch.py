@@ -4,7 +4,7 @@ the spec's constraints refuse raises an error naming the constraint.
 
 The Triton kernels are lowered for CUDA on the CPU (the lowering is where Pallas Triton refuses
 arrays that are not a power of two), and their bodies run in Pallas' interpreter: the same
-module with pallas_call(interpret=True)."""
+function with interpret=True."""
 
 from __future__ import annotations
 
@@ -29,14 +29,9 @@ def _package(name: str):
 
 
 def _interpreted_triton(name: str):
-    """generated/<name>/triton.py as written, but with pallas_call(interpret=True)."""
-    origin = importlib.util.find_spec(f"generated.{name}.triton").origin
-    source = Path(origin).read_text(encoding="utf-8")
-    assert source.count("interpret=False,") == 1
-    module = types.ModuleType(f"generated.{name}.triton_interpreted")
-    module.__package__ = f"generated.{name}"
-    exec(compile(source.replace("interpret=False,", "interpret=True,"), origin, "exec"), module.__dict__)
-    return module
+    """generated/<name>/triton.py's function with interpret=True: the Triton body in Pallas' interpreter."""
+    module = importlib.import_module(f"generated.{name}.triton")
+    return types.SimpleNamespace(**{name: functools.partial(getattr(module, name), interpret=True)})
 
 
 def _inputs(name: str, M: int, N: int, dtype=jnp.float32):
