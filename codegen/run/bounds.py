@@ -139,8 +139,9 @@ def _check(kind: str, transforms, mask) -> None:
             starts.append(s.start)
             sizes.append(s.size)
         elif not getattr(s, "shape", ()):  # a scalar index: the dim is squeezed away
-            bad = (s < 0) | (s >= n)
-            outside = bad if outside is None else outside | bad
+            if not isinstance(s, int):  # a static one jax has checked already
+                bad = (s < 0) | (s >= n)
+                outside = bad if outside is None else outside | bad
             starts.append(s)
             sizes.append(None)
         else:
