@@ -108,6 +108,7 @@ def test_shipped_library_passes_on_interpret_and_tpu_interpret(tmp_path):
     assert out.splitlines()[-1].endswith("0 failed, 0 errors, 46 skipped")
 
 
+@pytest.mark.slow  # about 2 minutes on 2 cores; the fast suite runs the Triton bodies of softmax and the norms
 def test_shipped_triton_bodies_pass_in_pallas_interpret_mode(tmp_path):
     """Off a GPU, `--backend triton` runs every Triton body of the library in Pallas interpret mode: each
     declared and derived case passes, gradients included; the cases that name other backends are skipped."""
