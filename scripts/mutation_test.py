@@ -714,8 +714,8 @@ def main(argv: list | None = None) -> int:
     todo, others = found, []
     if a.resume:
         try:
-            recorded = _recorded(a.resume, chosen)
-            others = _others(a.resume, found)
+            recorded, entries = _recorded(a.resume, chosen)
+            others = _others(entries, found)
         except ValueError as e:
             p.error(str(e))
         for m in found:
@@ -787,19 +787,18 @@ def _write(path: Path, doc: dict) -> None:
     os.replace(tmp, path)  # a run stopped mid-write leaves the last whole file
 
 
-def _others(path: Path, found: list) -> list:
+def _others(entries: list, found: list) -> list:
     """The entries of a results file for mutants this run did not select (another --spec, --operator or
     --sample): a resumed run that judges a part keeps the rest of the file."""
-    if not path.exists():
-        return []
     selected = {(m.id, m.change) for m in found}
-    return [e for e in json.loads(path.read_text())["mutants"] if (e["id"], e["change"]) not in selected]
+    return [e for e in entries if (e["id"], e["change"]) not in selected]
 
 
-def _recorded(path: Path, chosen: tuple) -> dict:
-    """{(id, change): (outcome, detail, seconds)} of the verdicts in a results file of the same backends."""
+def _recorded(path: Path, chosen: tuple) -> tuple:
+    """({(id, change): (outcome, detail, seconds)} of the verdicts, every entry) of a results file of the same
+    backends."""
     if not path.exists():
-        return {}
+        return {}, []
     try:
         doc = json.loads(path.read_text())
         entries = doc["mutants"]
@@ -809,7 +808,7 @@ def _recorded(path: Path, chosen: tuple) -> dict:
     if sorted(backends) != sorted(chosen):
         raise ValueError(f"{path}: its mutants were judged on {', '.join(backends)}, not {', '.join(chosen)}")
     return {(e["id"], e["change"]): (e["outcome"], e["detail"], e["seconds"])
-            for e in entries if e.get("outcome") in OUTCOMES}
+            for e in entries if e.get("outcome") in OUTCOMES}, entries
 
 
 if __name__ == "__main__":

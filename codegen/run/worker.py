@@ -308,7 +308,7 @@ def _run_once(task: RunTask, prep: Prepared, call, start: float, loose: bool = F
 
     before = [None if x is None else np.asarray(x).copy() for x in prep.inputs]
     reference_outputs(prep)  # from the inputs as they are before the kernel runs
-    checking = _checks_stores(task)
+    checking = _checks_bounds(task)
     bounds.take()
     with contextlib.redirect_stdout(io.StringIO()):  # what the kernel prints is not verify's output
         outs = jax.block_until_ready(call(*prep.inputs))
@@ -322,7 +322,7 @@ def _run_once(task: RunTask, prep: Prepared, call, start: float, loose: bool = F
     return check_outputs(task, prep, outs, seconds, loose)
 
 
-def _checks_stores(task: Task) -> bool:
+def _checks_bounds(task: Task) -> bool:
     """Whether this task's kernel runs in Pallas interpret mode here, with its loads' and stores' bounds checked
     (codegen/run/bounds.py): the interpret backend, and a Triton body off a GPU."""
     import jax
