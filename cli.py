@@ -291,7 +291,7 @@ def verify(
     out: Optional[Path] = OutOpt,
     backend: Optional[List[str]] = typer.Option(
         None, "--backend", "-b",
-        help="Only these backends (repeatable). Off a GPU, naming triton runs its bodies in Pallas interpret mode."),
+        help="Only these backends (repeatable). Off a GPU, naming triton runs its bodies in Pallas interpret mode, naming mosaic_gpu the mesh kernels in Mosaic GPU interpret mode."),
     case: Optional[List[str]] = typer.Option(None, "--case", help=CASE_HELP.format(what="cases")),
     seed: Optional[int] = typer.Option(None, "--seed", help="Seed for the random inputs (default: fresh, printed)."),
     json_path: Optional[Path] = typer.Option(None, "--json", callback=_report_path, help="Write results as JSON; - for standard output (see `kspec docs verify`)."),

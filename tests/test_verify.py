@@ -88,8 +88,12 @@ def test_shipped_library_passes_on_interpret_and_tpu_interpret(tmp_path):
                        ('layer_norm', 'mosaic_tpu', 'row_loop'),
                        ('layer_norm', 'mosaic_tpu', 'row_loop'),
                        ('layer_norm_bwd', 'interpret', 'chunked'),
+                       ('layer_norm_bwd', 'interpret', 'chunked_even'),
+                       ('layer_norm_bwd', 'interpret', 'chunked_odd'),
                        ('layer_norm_bwd', 'interpret', 'chunked_one'),
                        ('layer_norm_bwd', 'mosaic_tpu', 'chunked'),
+                       ('layer_norm_bwd', 'mosaic_tpu', 'chunked_even'),
+                       ('layer_norm_bwd', 'mosaic_tpu', 'chunked_odd'),
                        ('layer_norm_bwd', 'mosaic_tpu', 'chunked_one'),
                        ('matmul_2d', 'mosaic_tpu', 'derived:steps2_M'),
                        ('matmul_2d', 'mosaic_tpu', 'ragged_n'),
@@ -105,7 +109,7 @@ def test_shipped_library_passes_on_interpret_and_tpu_interpret(tmp_path):
                        ('rms_norm_bwd', 'mosaic_tpu', 'chunked'),
                        ('rms_norm_bwd', 'mosaic_tpu', 'chunked_one')]
     assert all(r["status"] == "pass" for r in rows if r["status"] != "skip"), [r for r in rows if r["status"] != "pass"]
-    assert out.splitlines()[-1].endswith("0 failed, 0 errors, 46 skipped")
+    assert out.splitlines()[-1].endswith("0 failed, 0 errors, 50 skipped")
 
 
 @pytest.mark.slow  # about 2 minutes on 2 cores; the fast suite runs the Triton bodies of softmax and the norms
@@ -123,7 +127,7 @@ def test_shipped_triton_bodies_pass_in_pallas_interpret_mode(tmp_path):
     assert skipped == {"derived:steps1_S", "derived:steps3_H", "derived:steps3_S", "derived:steps3_S_2",
                        "one_key_blocks", "one_row_blocks", "one_token"}, skipped
     assert all(r["status"] == "pass" for r in rows if r["status"] != "skip"), [r for r in rows if r["status"] != "pass"]
-    assert out.splitlines()[-1] == "175 passed, 0 failed, 0 errors, 20 skipped"
+    assert out.splitlines()[-1] == "177 passed, 0 failed, 0 errors, 20 skipped"
 
 
 def test_json_report_is_complete_and_seed_reproduces(tmp_path):
@@ -418,3 +422,51 @@ def test_an_out_of_bounds_load_fails_in_interpret_mode_with_its_spec_line(tmp_pa
         "out-of-bounds load: specs/layer_norm.yaml:98:7: in body: scale = pltriton.load(gamma_ref.at[:, "
         "pl.ds(0, cols)]).astype(jnp.float32): a load from [0:1, 0:1024] of a (1, 768) ref reads 256 element(s) "
         "outside it\n(interpret mode reads NaN outside; compiled, a load reads whatever lies there, or faults)")
+
+
+def test_mosaic_gpu_mesh_kernels_run_in_mosaic_gpu_interpret_mode_off_a_gpu_when_named(tmp_path):
+    """Off a GPU, `--backend mosaic_gpu` runs a mesh kernel's Mosaic GPU body in jax's Mosaic GPU interpret mode, its
+    gradient too (softmax_dx, its backward kernel, on this machine's own backend). A CTA's row count one too many
+    makes two CTAs copy row 600 of a 600-row x in with a TMA copy that promises to stay in bounds: the values of
+    rows 0 to 599 stay right, and the simulator raises on the copy, which verify fails at its spec line."""
+    proj = project(tmp_path, ROOT / "specs" / "softmax_tma.yaml", ROOT / "specs" / "softmax_dx.yaml")
+    rc, out, err = kspec("verify", "specs/softmax_tma.yaml", "--case", "ragged", "--seed", "3", cwd=proj)
+    assert rc == 0, out + err
+    assert ("skipped 2 mosaic_gpu task(s): needs a gpu device; this machine's jax platform is cpu "
+            "(`--backend mosaic_gpu` runs it here in Mosaic GPU interpret mode)") in out.splitlines()
+    report = tmp_path / "r.json"
+    rc, out, err = kspec("verify", "specs/softmax_tma.yaml", "-b", "mosaic_gpu", "--case", "ragged", "--seed", "3",
+                         "--json", report, cwd=proj)
+    assert rc == 0, out + err
+    assert sorted((r["kernel"], r["mode"], r["status"]) for r in results(report)) == [
+        ("softmax_tma", "grad", "pass"), ("softmax_tma", "run", "pass")]
+
+    spec = proj / "specs" / "softmax_tma.yaml"
+    text = spec.read_text()
+    assert text.count("n = (M - sm + ctas_total - 1) // ctas_total") == 1
+    spec.write_text(text.replace("n = (M - sm + ctas_total - 1) // ctas_total", "n = (M - sm + ctas_total + 1) // ctas_total"))
+    assert kspec("generate", cwd=proj)[0] == 0
+    rc, out, err = kspec("verify", "specs/softmax_tma.yaml", "-b", "mosaic_gpu", "--case", "ragged", "--seed", "3",
+                         "--json", report, cwd=proj)
+    assert rc == 1, out + err
+    run = [r for r in results(report) if r["mode"] == "run"]
+    assert [r["status"] for r in run] == ["fail"]
+    assert run[0]["message"] == (
+        "out-of-bounds load or copy: in the mosaic_gpu body of softmax_tma: reads [600:601, 0:256] of a (600, 256) "
+        "buffer\n(Mosaic GPU interpret mode raises on it; compiled, a TMA copy that promises to stay in bounds, or a "
+        "load, reads or writes whatever lies past the array)")
+
+
+def test_mosaic_gpu_pipelined_and_unsupported_bodies_are_skipped_in_mosaic_gpu_interpret_mode(tmp_path):
+    """A pipelined Mosaic GPU kernel (kind: pallas_call, rendered with emit_pipeline) is skipped off a GPU: TMA clips
+    its ragged blocks on a GPU, and the simulator would raise on them. A body the simulator cannot run (the
+    persistent matmul's wgmma accumulator) is skipped with jax's words for what it lacks."""
+    proj = project(tmp_path, ROOT / "specs" / "add.yaml", ROOT / "specs" / "matmul_persistent.yaml")
+    report = tmp_path / "r.json"
+    rc, out, err = kspec("verify", "-b", "mosaic_gpu", "--case", "ragged", "--case", "square", "--json", report,
+                         cwd=proj)
+    assert rc == 0, out + err
+    why = {r["kernel"]: r["message"] for r in results(report)}
+    assert why["add"] == ("Mosaic GPU interpret mode runs the mesh kernels (kind: mesh) here: a pipelined kernel's "
+                          "partial blocks, which TMA clips on a GPU, raise there as out-of-bounds reads")
+    assert why["matmul_persistent"] == "Mosaic GPU interpret mode of this jax does not run this body: nan + cluster_barrier"

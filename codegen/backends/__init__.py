@@ -50,10 +50,19 @@ class Backend:
     # Platforms where it interprets a device kernel although it runs there natively (interpret mode on
     # the CPU): verify keeps every bfloat16 rounding for it, as for a simulated backend
     interpreted_on: tuple = ()
-    # Off its own platforms, verify can run its body in Pallas interpret mode (interpret=True), where a
-    # task is asked for by name (`kspec verify --backend triton`): slower than the device, and the
-    # device's own semantics (out-of-bounds accesses, a race between programs) are not reproduced
+    # Off its own platforms, verify can run its body in an interpret mode (off_device_mode), where a task is
+    # asked for by name (`kspec verify --backend triton`): slower than the device, and not every one of the
+    # device's own semantics is reproduced (a race between programs, the timing of asynchronous copies)
     interprets_off_device: bool = False
+    # What runs it there: "pallas" (the generated function's interpret=True, Pallas interpret mode) or "mosaic_gpu"
+    # (jax's Mosaic GPU interpret mode, around the call: it simulates GMEM, SMEM, barriers and TMA copies, and
+    # raises on a copy outside its buffer)
+    off_device_mode: str = "pallas"
+
+    @property
+    def off_device_name(self) -> str:
+        """How the docs and messages name the mode that runs its body off its platforms."""
+        return "Mosaic GPU interpret mode" if self.off_device_mode == "mosaic_gpu" else "Pallas interpret mode"
 
     def simulated_on(self, platform: str) -> bool:
         """Whether it runs in TPU interpret mode on this jax platform."""
@@ -125,6 +134,8 @@ BACKENDS: dict[BackendName, Backend] = {
             aliases=False,
             mesh_roles=(MeshRole.GRID, MeshRole.CLUSTER, MeshRole.THREADS),
             ref_spaces=(MemorySpace.GMEM,),
+            interprets_off_device=True,
+            off_device_mode="mosaic_gpu",
         ),
         Backend(
             "mosaic_tpu",

@@ -24,7 +24,7 @@ import numpy as np
 
 from kspec.codegen.backends import BACKENDS
 from kspec.codegen.checks import instances
-from kspec.codegen.run import bounds, deadlock, multicore
+from kspec.codegen.run import bounds, deadlock, gpu_interpret, multicore
 from kspec.codegen import project as pipeline
 from kspec.codegen.spec import dtypes as dt
 from kspec.codegen.run.compare import compare_within, verdict_result
@@ -133,10 +133,14 @@ def spec_line(task: Task, e: BaseException) -> str | None:
     or None."""
     import traceback
 
-    for frame in reversed(traceback.extract_tb(e.__traceback__)):
-        found = _spec_loc(task, frame.filename, frame.line or "")
-        if found:
-            return found
+    seen = set()
+    while e is not None and id(e) not in seen:  # and the exceptions it was raised from (jax's user frames)
+        seen.add(id(e))
+        for frame in reversed(traceback.extract_tb(e.__traceback__)):
+            found = _spec_loc(task, frame.filename, frame.line or "")
+            if found:
+                return found
+        e = e.__cause__ or e.__context__
     return None
 
 
@@ -180,6 +184,17 @@ def run_task(task: Task) -> Result:
             where = spec_line(task, e)
         except Exception:  # noqa: BLE001 - the location is a help, never a second failure
             where = None
+        if _gpu_interpreted(task) and gpu_interpret.unsupported(e):  # jax's simulator lacks what the body uses
+            gpu_interpret.reset()
+            return result(task, Status.SKIP, gpu_interpret.unsupported(e), seconds=round(time.monotonic() - start, 3))
+        outside = _gpu_interpreted(task) and gpu_interpret.out_of_bounds(e)
+        if outside:  # Mosaic GPU interpret mode raised on an access outside a buffer: the kernel's fault
+            gpu_interpret.reset()
+            kind = "load or copy" if outside.startswith("reads") else "store or copy"
+            # jax's simulator raises inside a callback: the kernel's own frames do not reach this exception
+            where = where or f"in the {task.backend} body of {task.kernel}"
+            message = f"out-of-bounds {kind}: {where}: {outside}\n{gpu_interpret.NOTE}"
+            return result(task, Status.FAIL, message, seconds=round(time.monotonic() - start, 3))
         message = _first_lines(e) if where is None else f"{where}\n{_first_lines(e)}"
         if os.environ.get("KSPEC_TRACEBACK"):  # kspec verify --traceback
             import traceback
@@ -198,6 +213,26 @@ def tune_task(task: TuneTask):
     from kspec.codegen.run.bench import tune
 
     yield from tune(task, prep, check_outputs, _first_lines)
+
+
+def _gpu_interpreted(task: Task) -> bool:
+    """Whether this task's Mosaic GPU body runs here in Mosaic GPU interpret mode (off a GPU)."""
+    import jax
+
+    info = BACKENDS[task.backend]
+    return info.off_device_mode == "mosaic_gpu" and info.interpreted_off_device(jax.default_backend())
+
+
+def _interpret_forward(task: Task) -> None:
+    """Make the generated Mosaic GPU function that `_vjp.differentiable` takes as the forward pass run in Mosaic GPU
+    interpret mode, in this worker. Only it: the backward kernels are of other backends (Pallas interpret mode here),
+    and the mode, once on, would take every pallas_call traced under it."""
+    module = _module(task, task.backend)
+    fn = getattr(module, task.kernel)
+    if not getattr(fn, "kspec_gpu_interpreted", False):
+        wrapped = gpu_interpret.interpreted(fn)
+        wrapped.kspec_gpu_interpreted = True
+        setattr(module, task.kernel, wrapped)
 
 
 def _reset_tpu_interpret() -> None:
@@ -265,6 +300,10 @@ def _run(task: Task, start: float) -> Result:
 
         return result(task, Status.PASS, **measure_ceilings())
     prep = _prepare(task)
+    if _gpu_interpreted(task) and isinstance(task, (RunTask, GradTask)):
+        why = gpu_interpret.unrun(prep.spec)
+        if why:
+            return result(task, Status.SKIP, why)
     if isinstance(task, BenchTask):
         from kspec.codegen.run.bench import bench
 
@@ -282,7 +321,10 @@ def _run(task: Task, start: float) -> Result:
     if not isinstance(task, RunTask):
         raise TypeError(f"a worker runs no task of kind {type(task).__name__}")
     call = functools.partial(prep.fn, **prep.params)
-    if BACKENDS[task.backend].interpreted_off_device(jax.default_backend()):  # a Triton body off a GPU
+    if _gpu_interpreted(task):  # a Mosaic GPU body off a GPU
+        gpu_interpret.reset()
+        call = gpu_interpret.interpreted(call)
+    elif BACKENDS[task.backend].interpreted_off_device(jax.default_backend()):  # a Triton body off a GPU
         call = functools.partial(prep.fn, **prep.params, interpret=True)
     if BACKENDS[task.backend].simulated_on(jax.default_backend()):
         try:
@@ -500,6 +542,9 @@ def _run_grad(task: GradTask, prep: Prepared, start: float) -> Result:
 
         _reset_tpu_interpret()
         interpret = pltpu.InterpretParams(out_of_bounds_reads="raise", uninitialized_memory="nan")
+    elif _gpu_interpreted(task):  # the forward kernel in Mosaic GPU interpret mode; the backward's own backends
+        gpu_interpret.reset()
+        _interpret_forward(task)
     elif BACKENDS[task.backend].interpreted_off_device(jax.default_backend()):
         interpret = True
     return gradrun.grad(task, prep, module, interpret, start)

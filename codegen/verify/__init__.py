@@ -17,7 +17,7 @@ from kspec.codegen.emit import writer
 from kspec.codegen.spec import dtypes as dt
 from kspec.codegen.spec import tuning
 from kspec.codegen.backends import BACKENDS
-from kspec.codegen.run import kinds
+from kspec.codegen.run import gpu_interpret, kinds
 from kspec.codegen.run.tasks import DEFAULT_SCHEDULES, STATUSES, GradTask, LowerTask, RunTask, ShardedTask, result
 
 def case_selected(name: str, patterns) -> bool:
@@ -179,11 +179,13 @@ def _skip_reason(backend: str, platform: str | None, lower: bool, asked: bool | 
         return None if info.lowering_platform else "nothing to lower: runs in interpret mode"
     if platform in info.platforms or info.simulated:  # runs here, or in TPU interpret mode
         return None
-    if info.interprets_off_device and asked:  # its body in Pallas interpret mode, as asked
+    if info.interprets_off_device and asked:  # its body in an interpret mode, as asked
+        if info.off_device_mode == "mosaic_gpu" and not gpu_interpret.available():
+            return gpu_interpret.MISSING
         return None
     why = f"needs a {'/'.join(info.platforms)} device; this machine's jax platform is {platform}"
     if info.interprets_off_device and asked is not None:
-        why += f" (`--backend {backend}` runs it here in Pallas interpret mode)"
+        why += f" (`--backend {backend}` runs it here in {info.off_device_name})"
     return why
 
 
