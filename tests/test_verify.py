@@ -342,6 +342,14 @@ def test_json_to_standard_output_holds_the_report_alone(tmp_path):
     assert not (tmp_path / "-").exists()
 
 
+def plant(spec: Path, old: str, new: str) -> None:
+    """A bug planted in a project's spec: `old`, found once, becomes `new`; then the project is generated again."""
+    text = spec.read_text()
+    assert text.count(old) == 1, old
+    spec.write_text(text.replace(old, new))
+    assert kspec("generate", cwd=spec.parent.parent)[0] == 0
+
+
 def test_triton_bodies_run_in_pallas_interpret_mode_off_a_gpu_when_named(tmp_path):
     """Off a GPU, verify skips the Triton tasks unless `--backend triton` names them; named, it runs the Triton
     body in Pallas interpret mode, its gradient too, and a bug of that body alone fails there: softmax's masked
@@ -362,11 +370,7 @@ def test_triton_bodies_run_in_pallas_interpret_mode_off_a_gpu_when_named(tmp_pat
         ("softmax", "triton", "run", "bfloat16", "pass"), ("softmax", "triton", "run", "float32", "pass"),
         ("softmax_dx", "triton", "run", "bfloat16", "pass"), ("softmax_dx", "triton", "run", "float32", "pass")]
 
-    spec = proj / "specs" / "softmax.yaml"
-    text = spec.read_text()
-    assert text.count("other=-jnp.inf).astype") == 1
-    spec.write_text(text.replace("other=-jnp.inf).astype", "other=0.0).astype"))
-    assert kspec("generate", cwd=proj)[0] == 0
+    plant(proj / "specs" / "softmax.yaml", "other=-jnp.inf).astype", "other=0.0).astype")
     rc, out, err = kspec("verify", "specs/softmax.yaml", "-b", "triton", "--case", "bert", "--seed", "3",
                          "--json", report, cwd=proj)
     assert rc == 1, out + err
@@ -406,12 +410,8 @@ def test_an_out_of_bounds_load_fails_in_interpret_mode_with_its_spec_line(tmp_pa
     768 columns of gamma's (1, 768) block: interpret mode gives NaN there, which the masked store then leaves
     out, so the values match; on a GPU it reads past the array. Verify fails the task at the load's line."""
     proj = project(tmp_path, ROOT / "specs" / "layer_norm.yaml", ROOT / "specs" / "layer_norm_bwd.yaml")
-    spec = proj / "specs" / "layer_norm.yaml"
-    text = spec.read_text()
-    masked = "scale = pltriton.load(gamma_ref.at[:, pl.ds(0, cols)], mask=mask, other=0.0)"
-    assert text.count(masked) == 1
-    spec.write_text(text.replace(masked, "scale = pltriton.load(gamma_ref.at[:, pl.ds(0, cols)])"))
-    assert kspec("generate", cwd=proj)[0] == 0
+    plant(proj / "specs" / "layer_norm.yaml", "scale = pltriton.load(gamma_ref.at[:, pl.ds(0, cols)], mask=mask, other=0.0)",
+          "scale = pltriton.load(gamma_ref.at[:, pl.ds(0, cols)])")
     report = tmp_path / "r.json"
     rc, out, err = kspec("verify", "specs/layer_norm.yaml", "-b", "triton", "--case", "bert", "--seed", "3",
                          "--json", report, cwd=proj)
@@ -441,11 +441,7 @@ def test_mosaic_gpu_mesh_kernels_run_in_mosaic_gpu_interpret_mode_off_a_gpu_when
     assert sorted((r["kernel"], r["mode"], r["status"]) for r in results(report)) == [
         ("softmax_tma", "grad", "pass"), ("softmax_tma", "run", "pass")]
 
-    spec = proj / "specs" / "softmax_tma.yaml"
-    text = spec.read_text()
-    assert text.count("n = (M - sm + ctas_total - 1) // ctas_total") == 1
-    spec.write_text(text.replace("n = (M - sm + ctas_total - 1) // ctas_total", "n = (M - sm + ctas_total + 1) // ctas_total"))
-    assert kspec("generate", cwd=proj)[0] == 0
+    plant(proj / "specs" / "softmax_tma.yaml", "n = (M - sm + ctas_total - 1)", "n = (M - sm + ctas_total + 1)")
     rc, out, err = kspec("verify", "specs/softmax_tma.yaml", "-b", "mosaic_gpu", "--case", "ragged", "--seed", "3",
                          "--json", report, cwd=proj)
     assert rc == 1, out + err
