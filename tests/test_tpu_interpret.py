@@ -27,9 +27,10 @@ def test_only_the_simulating_worker_keeps_every_rounding():
     from kspec.codegen.backends import BACKENDS
 
     kept = {(b, p) for b in BACKENDS for p in ("cpu", "gpu", "tpu") if BACKENDS[b].rounds_as_a_device_on(p)}
-    # Off a GPU, a Triton body runs in Pallas interpret mode (when --backend triton names it), as interpret does
+    # Off a GPU, a Triton body runs in Pallas interpret mode (when --backend triton names it), as interpret does,
+    # and a Mosaic GPU body in Mosaic GPU interpret mode (when --backend mosaic_gpu names it)
     assert kept == {("interpret", "cpu"), ("mosaic_tpu", "cpu"), ("mosaic_tpu", "gpu"), ("triton", "cpu"),
-                    ("triton", "tpu")}
+                    ("triton", "tpu"), ("mosaic_gpu", "cpu"), ("mosaic_gpu", "tpu")}
     assert pool.worker_env(tpu_numerics=True)["XLA_FLAGS"].split()[-1] == "--xla_allow_excess_precision=false"
     assert "--xla_allow_excess_precision=false" not in pool.worker_env(8)["XLA_FLAGS"]
     flags = pool.worker_env(8, tpu_numerics=True)["XLA_FLAGS"].split()
