@@ -350,20 +350,26 @@ def plant(spec: Path, old: str, new: str) -> None:
     assert kspec("generate", cwd=spec.parent.parent)[0] == 0
 
 
+def skipped_unless_named(proj: Path, spec: str, backend: str, case: str, skipped: str) -> Path:
+    """Verify one case of a GPU backend off a GPU: without --backend its tasks are skipped (`skipped`, a line of
+    the output); named, they run and pass. The report of the second run."""
+    rc, out, err = kspec("verify", spec, "--case", case, "--seed", "3", "--schedules", "1", cwd=proj)
+    assert rc == 0, out + err
+    assert skipped in out.splitlines()
+    report = proj / "named.json"
+    rc, out, err = kspec("verify", spec, "-b", backend, "--case", case, "--seed", "3", "--json", report, cwd=proj)
+    assert rc == 0, out + err
+    return report
+
+
 def test_triton_bodies_run_in_pallas_interpret_mode_off_a_gpu_when_named(tmp_path):
     """Off a GPU, verify skips the Triton tasks unless `--backend triton` names them; named, it runs the Triton
     body in Pallas interpret mode, its gradient too, and a bug of that body alone fails there: softmax's masked
     load filling the pad past N 768 with 0.0 instead of -inf adds exp(-max) per padded column to each row's sum."""
     proj = project(tmp_path, ROOT / "specs" / "softmax.yaml", ROOT / "specs" / "softmax_dx.yaml")
-    rc, out, err = kspec("verify", "specs/softmax.yaml", "--case", "bert", "--seed", "3", "--schedules", "1", cwd=proj)
-    assert rc == 0, out + err
-    assert ("skipped 6 triton task(s): needs a gpu device; this machine's jax platform is cpu "
-            "(`--backend triton` runs it here in Pallas interpret mode)") in out.splitlines()
-
-    report = tmp_path / "r.json"
-    rc, out, err = kspec("verify", "specs/softmax.yaml", "-b", "triton", "--case", "bert", "--seed", "3",
-                         "--json", report, cwd=proj)
-    assert rc == 0, out + err
+    report = skipped_unless_named(proj, "specs/softmax.yaml", "triton", "bert", (
+        "skipped 6 triton task(s): needs a gpu device; this machine's jax platform is cpu "
+        "(`--backend triton` runs it here in Pallas interpret mode)"))
     # the spec's backward kernel, softmax_dx, comes along (its vjp: names it)
     assert sorted((r["kernel"], r["backend"], r["mode"], r["dtype"], r["status"]) for r in results(report)) == [
         ("softmax", "triton", "grad", "bfloat16", "pass"), ("softmax", "triton", "grad", "float32", "pass"),
@@ -428,16 +434,12 @@ def test_mosaic_gpu_mesh_kernels_run_in_mosaic_gpu_interpret_mode_off_a_gpu_when
     """Off a GPU, `--backend mosaic_gpu` runs a mesh kernel's Mosaic GPU body in jax's Mosaic GPU interpret mode, its
     gradient too (softmax_dx, its backward kernel, on this machine's own backend). A CTA's row count one too many
     makes two CTAs copy row 600 of a 600-row x in with a TMA copy that promises to stay in bounds: the values of
-    rows 0 to 599 stay right, and the simulator raises on the copy, which verify fails at its spec line."""
+    rows 0 to 599 stay right, and the simulator raises on the copy, which fails the task, naming the body, the
+    slices the copy took and the buffer's shape."""
     proj = project(tmp_path, ROOT / "specs" / "softmax_tma.yaml", ROOT / "specs" / "softmax_dx.yaml")
-    rc, out, err = kspec("verify", "specs/softmax_tma.yaml", "--case", "ragged", "--seed", "3", cwd=proj)
-    assert rc == 0, out + err
-    assert ("skipped 2 mosaic_gpu task(s): needs a gpu device; this machine's jax platform is cpu "
-            "(`--backend mosaic_gpu` runs it here in Mosaic GPU interpret mode)") in out.splitlines()
-    report = tmp_path / "r.json"
-    rc, out, err = kspec("verify", "specs/softmax_tma.yaml", "-b", "mosaic_gpu", "--case", "ragged", "--seed", "3",
-                         "--json", report, cwd=proj)
-    assert rc == 0, out + err
+    report = skipped_unless_named(proj, "specs/softmax_tma.yaml", "mosaic_gpu", "ragged", (
+        "skipped 2 mosaic_gpu task(s): needs a gpu device; this machine's jax platform is cpu "
+        "(`--backend mosaic_gpu` runs it here in Mosaic GPU interpret mode)"))
     assert sorted((r["kernel"], r["mode"], r["status"]) for r in results(report)) == [
         ("softmax_tma", "grad", "pass"), ("softmax_tma", "run", "pass")]
 
