@@ -30,15 +30,21 @@ def unrun(spec) -> str | None:
     return None if spec.kind == SpecKind.MESH else PIPELINED
 
 
-def unsupported(e: BaseException) -> str | None:
-    """A skip's reason where jax's simulator lacks a primitive the body uses (NotImplementedError), else None."""
+def causes(e: BaseException | None):
+    """`e` and the exceptions it was raised from or during, innermost last, each once."""
     seen = set()
     while e is not None and id(e) not in seen:
         seen.add(id(e))
-        if isinstance(e, NotImplementedError):
-            what = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-            return f"Mosaic GPU interpret mode of this jax does not run this body: {what}"
+        yield e
         e = e.__cause__ or e.__context__
+
+
+def unsupported(e: BaseException) -> str | None:
+    """A skip's reason where jax's simulator lacks a primitive the body uses (NotImplementedError), else None."""
+    for x in causes(e):
+        if isinstance(x, NotImplementedError):
+            what = str(x).strip().splitlines()[0] if str(x).strip() else type(x).__name__
+            return f"Mosaic GPU interpret mode of this jax does not run this body: {what}"
     return None
 
 
@@ -85,17 +91,14 @@ _SLICE = re.compile(r"slice\((-?\d+|None), (-?\d+|None), (?:-?\d+|None)\)")
 def out_of_bounds(e: BaseException) -> str | None:
     """What an exception of a kernel run in Mosaic GPU interpret mode says of an access outside a buffer, in
     kspec's words (`reads [600:601, 0:256] of a (600, 256) buffer`), or None if it is of something else."""
-    seen = set()
-    while e is not None and id(e) not in seen:
-        seen.add(id(e))
-        found = _OUTSIDE.search(str(e))
+    for x in causes(e):
+        found = _OUTSIDE.search(str(x))
         if found:
             kind, where, shape = found.groups()
             spans = ", ".join(f"{a}:{b}" for a, b in _SLICE.findall(where)) or where
             verb = "reads" if kind == "read" or kind.startswith("block") else "writes"
             dims = ", ".join(d.strip() for d in shape.split(",") if d.strip())
             return f"{verb} [{spans}] of a ({dims}) buffer"
-        e = e.__cause__ or e.__context__
     return None
 
 

@@ -133,14 +133,11 @@ def spec_line(task: Task, e: BaseException) -> str | None:
     or None."""
     import traceback
 
-    seen = set()
-    while e is not None and id(e) not in seen:  # and the exceptions it was raised from (jax's user frames)
-        seen.add(id(e))
-        for frame in reversed(traceback.extract_tb(e.__traceback__)):
+    for x in gpu_interpret.causes(e):  # and the exceptions it was raised from (jax's user frames)
+        for frame in reversed(traceback.extract_tb(x.__traceback__)):
             found = _spec_loc(task, frame.filename, frame.line or "")
             if found:
                 return found
-        e = e.__cause__ or e.__context__
     return None
 
 
@@ -184,9 +181,10 @@ def run_task(task: Task) -> Result:
             where = spec_line(task, e)
         except Exception:  # noqa: BLE001 - the location is a help, never a second failure
             where = None
-        if _gpu_interpreted(task) and gpu_interpret.unsupported(e):  # jax's simulator lacks what the body uses
+        lacking = _gpu_interpreted(task) and gpu_interpret.unsupported(e)
+        if lacking:  # jax's simulator lacks what the body uses
             gpu_interpret.reset()
-            return result(task, Status.SKIP, gpu_interpret.unsupported(e), seconds=round(time.monotonic() - start, 3))
+            return result(task, Status.SKIP, lacking, seconds=round(time.monotonic() - start, 3))
         outside = _gpu_interpreted(task) and gpu_interpret.out_of_bounds(e)
         if outside:  # Mosaic GPU interpret mode raised on an access outside a buffer: the kernel's fault
             gpu_interpret.reset()
