@@ -121,3 +121,23 @@ def test_the_other_kinds_are_judged_by_nan_inf_and_the_relative_error_norm():
     inf_ref[7] = np.inf
     assert compare.compare(ref, inf_ref, 1e-4, 1e-4, normwise=1e-3)["message"] == (
         "1 element(s) are not NaN/Inf as the reference's are")
+
+
+def test_large_normal_inputs_are_drawn_on_the_device_reproducibly(monkeypatch):
+    """Above DEVICE_THRESHOLD elements a normal input is drawn by jax.random from the input's
+    own stream: the same data every time, another input's differs, the dtype and the spec's mean
+    and std kept; below it the host draws as before."""
+    import jax
+
+    monkeypatch.setattr(inputs, "DEVICE_THRESHOLD", 1000)
+    big = inputs.make_input(TASK, Op(), (40, 64), "bfloat16", {}, {})
+    assert isinstance(big, jax.Array) and big.dtype == jax.numpy.bfloat16 and big.shape == (40, 64)
+    values = np.asarray(big).astype(np.float64)
+    assert np.array_equal(values, data("normal", shape=(40, 64), dtype="bfloat16"))
+    assert not np.array_equal(values, data("normal", shape=(40, 64), dtype="bfloat16", op=Op("y")))
+    assert 0.9 < values.std() < 1.1 and abs(values.mean()) < 0.1
+    init = type("Init", (), {"same_as": None, "code": None, "kind": inputs.InitKind.NORMAL, "mean": 3.0, "std": 0.5})
+    shifted = data("normal", shape=(40, 64), op=Op(init=init()))
+    assert 2.9 < shifted.mean() < 3.1 and 0.45 < shifted.std() < 0.55
+    host = inputs.rng_for(TASK, "x").standard_normal((10, 64)).astype(np.float32)  # 640 elements: the host's draw
+    assert np.array_equal(data("normal", shape=(10, 64)), host)
