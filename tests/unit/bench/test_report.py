@@ -28,3 +28,34 @@ def test_a_floor_inside_the_interval_reads_as_neither_met_nor_failed():
     assert bench.row(r)[column] == "1.167x (1.153-1.207) ~ min 1.2"
     assert bench.row(dict(r, speedup=1.2))[column] == "1.200x (1.153-1.207) >= min 1.2"
     assert bench.row(dict(r, status="fail", speedup_ci95=[1.1, 1.19]))[column] == "1.167x (1.100-1.190) < min 1.2"
+
+
+def test_a_sweep_split_in_parts_sums_up_as_one(tmp_path):
+    """scripts/sweep_summary.py: the rows of every part, a shape measured twice counted once (the
+    later part's), the geomean and worst over all; parts of another device are refused."""
+    import json
+    import subprocess
+    import sys
+
+    from conftest import REPO
+
+    def part(name, rows, device="NVIDIA H100 80GB HBM3"):
+        meta = {"device": device, "jax_version": "0.11.2", "seed": 3, "samples": 5, "grad": False, "date": "2026-11-27"}
+        path = tmp_path / name
+        path.write_text(json.dumps(dict(meta, results=[
+            {"kernel": "softmax", "backend": "triton", "case": case, "dtype": "float32", "status": "pass",
+             "message": "", "ms": 1.0, "speedup": s, "compile_s": 0.5, "competitors": {}} for case, s in rows])))
+        return str(path)
+
+    first = part("a.json", [("llm_M1000_N768", 0.5), ("llm_M1000_N1024", 1.0)])
+    second = part("b.json", [("llm_M1000_N768", 0.8), ("llm_M2048_N768", 1.25)])
+    script = [sys.executable, str(REPO / "scripts" / "sweep_summary.py")]
+    r = subprocess.run(script + [first, second], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith("3 rows from 2 runs (device NVIDIA H100 80GB HBM3, jax_version 0.11.2, seed 3, samples 5")
+    # geomean of 0.8, 1.0 and 1.25 is 1.0; the worst is the later part's 0.8
+    assert "| softmax | triton | float32 | 3 | 0 | 0 | 1.000x | 0.800x (llm_M1000_N768) | - | 0.5 |" in r.stdout
+    other = part("c.json", [("llm_M4096_N768", 1.0)], device="NVIDIA H200")
+    r = subprocess.run(script + [first, other], capture_output=True, text=True)
+    assert r.returncode == 2
+    assert r.stderr == f"error: {other}: device 'NVIDIA H200' differs from the earlier files' 'NVIDIA H100 80GB HBM3'\n"
