@@ -47,6 +47,13 @@ from kspec.codegen import project
 
 REPO = Path(__file__).resolve().parent.parent
 
+
+def pytest_collection_modifyitems(config, items):
+    """The tests marked `heavy` (a minute or more) first, the others in their order after them: the
+    suite's two processes (pytest-xdist) then share out the short tests at the end and finish
+    together, instead of one of them starting a long test when the other is done."""
+    items.sort(key=lambda item: item.get_closest_marker("heavy") is None)
+
 # The smallest spec that exercises every section the checks read: a param, an
 # input, an output sharing its dtype, a grid, blocks, a body, a reference, a case.
 # Bad-spec tests change one line of it (see `mutate`); line numbers below matter.

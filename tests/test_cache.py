@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 import shutil
 
+import pytest
+
 from conftest import REPO, invoke_kspec
 
 FORWARD, BACKWARD = "specs/softmax.yaml", "specs/softmax_dx.yaml"
@@ -65,6 +67,7 @@ def test_check_reuses_unchanged_specs_and_sees_every_change(repo_copy):
     assert rc == 0 and "warning[W900]: 1 of 1 tuning entries for NVIDIA H100 80GB HBM3" in out, out
 
 
+@pytest.mark.heavy
 def test_generate_check_after_a_cached_check_still_reads_the_disk(repo_copy):
     root = repo_copy
     assert run(root, "check")[0] == 0

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import xml.etree.ElementTree as ET
 from pathlib import Path
@@ -42,21 +43,23 @@ GPU_ONLY = {"matmul_persistent", "matmul_bias_gelu_persistent", "matmul_pingpong
             "layer_norm_tma", "rms_norm_tma", "softmax_tma", "flash_attention_hopper"}
 
 
-# The library's verify on the two CPU backends, in three parts of about equal time (for the suite's
-# two processes): interpret, then mosaic_tpu over the specs named before and from `g`.
-LIBRARY_PARTS = {"interpret": ("interpret", ""), "mosaic_tpu-a-f": ("mosaic_tpu", "a-f"),
-                 "mosaic_tpu-g-z": ("mosaic_tpu", "g-z")}
+# The library's verify on the two CPU backends, in parts of one to two minutes each (for the suite's
+# two processes): (backend, this part's number, the backend's number of parts); a part takes every
+# n-th spec in name order.
+LIBRARY_PARTS = [("interpret", i, 2) for i in range(2)] + [("mosaic_tpu", i, 4) for i in range(4)]
 
 
-@pytest.mark.parametrize("part", LIBRARY_PARTS)
-def test_shipped_library_passes_on_interpret_and_tpu_interpret(tmp_path, part):
-    backend, letters = LIBRARY_PARTS[part]
-    specs = sorted(p for p in (ROOT / "specs").glob("*.yaml") if p.stem not in GPU_ONLY)
-    if letters:
-        specs = [p for p in specs if (p.stem[0] < "g") == (letters == "a-f")]
+@pytest.mark.heavy
+@pytest.mark.parametrize("backend, part, parts", LIBRARY_PARTS, ids=[f"{b}-{i + 1}of{n}" for b, i, n in LIBRARY_PARTS])
+def test_shipped_library_passes_on_interpret_and_tpu_interpret(tmp_path, backend, part, parts):
+    # verify takes a spec's backward specs (its `vjp:`) along: a part names forward specs only.
+    backward = {m for p in (ROOT / "specs").glob("*.yaml") for m in re.findall(r"\n +- spec: (\w+)\.yaml", p.read_text())}
+    named = sorted(p for p in (ROOT / "specs").glob("*.yaml") if p.stem not in GPU_ONLY | backward)[part::parts]
+    specs = named + sorted({ROOT / "specs" / f"{m}.yaml" for p in named
+                            for m in re.findall(r"\n +- spec: (\w+)\.yaml", p.read_text())})
     report = tmp_path / "verify.json"
     # One schedule per mosaic_tpu task keeps this fast; test_multicore and the slow test run the sweep.
-    rc, out, err = kspec("verify", *[str(p.relative_to(ROOT)) for p in specs], "--backend", backend,
+    rc, out, err = kspec("verify", *[str(p.relative_to(ROOT)) for p in named], "--backend", backend,
                          "--schedules", "1", "--json", report)
     assert rc == 0, out + err
     rows = results(report)
@@ -253,6 +256,7 @@ def test_stale_generated_files_stop_verify(tmp_path):
     assert "generated/ is out of date: run `kspec generate` first" in out
 
 
+@pytest.mark.heavy
 def test_lower_every_backend_for_its_platform(tmp_path):
     report = tmp_path / "lower.json"
     rc, out, err = kspec("verify", "--lower", "--json", report)
