@@ -3,8 +3,8 @@
 
     python3 scripts/sweep_summary.py gpu0.json gpu1.json [--plot sweep.png] [--markdown sweep.md]
 
-For a family split between runs, one per GPU of a host, say (`--case` names each run's shapes;
-give each its own `--out`). A shape measured in several files counts once, as the last file has
+For a family split between runs, one per GPU of a host, say (`--case` names each run's shapes,
+`CUDA_VISIBLE_DEVICES` its GPU). A shape measured in several files counts once, as the last file has
 it. The runs must come from one device kind, jax version and seed: the script says where not.
 """
 

@@ -53,10 +53,10 @@ LIBRARY_PARTS = [("interpret", i, 2) for i in range(2)] + [("mosaic_tpu", i, 4) 
 @pytest.mark.parametrize("backend, part, parts", LIBRARY_PARTS, ids=[f"{b}-{i + 1}of{n}" for b, i, n in LIBRARY_PARTS])
 def test_shipped_library_passes_on_interpret_and_tpu_interpret(tmp_path, backend, part, parts):
     # verify takes a spec's backward specs (its `vjp:`) along: a part names forward specs only.
-    backward = {m for p in (ROOT / "specs").glob("*.yaml") for m in re.findall(r"\n +- spec: (\w+)\.yaml", p.read_text())}
-    named = sorted(p for p in (ROOT / "specs").glob("*.yaml") if p.stem not in GPU_ONLY | backward)[part::parts]
-    specs = named + sorted({ROOT / "specs" / f"{m}.yaml" for p in named
-                            for m in re.findall(r"\n +- spec: (\w+)\.yaml", p.read_text())})
+    takes = {p: re.findall(r"\n +- spec: (\w+)\.yaml", p.read_text()) for p in (ROOT / "specs").glob("*.yaml")}
+    backward = {name for names in takes.values() for name in names}
+    named = sorted(p for p in takes if p.stem not in GPU_ONLY | backward)[part::parts]
+    specs = named + sorted({ROOT / "specs" / f"{name}.yaml" for p in named for name in takes[p]})
     report = tmp_path / "verify.json"
     # One schedule per mosaic_tpu task keeps this fast; test_multicore and the slow test run the sweep.
     rc, out, err = kspec("verify", *[str(p.relative_to(ROOT)) for p in named], "--backend", backend,
@@ -73,10 +73,10 @@ def test_shipped_library_passes_on_interpret_and_tpu_interpret(tmp_path, backend
 
 
 # The library's skipped tasks on the CPU backends: ragged cases whose mosaic_tpu kernel rules them out:
-# accumulate's in-place (aliased) output, and the sharded matmuls' partial column block (both for TPU interpret mode's sake; see the specs), and the
-# derived cases made from those ragged cases; flash attention's cases of blocks one element apart, which
-# name the backends they run on (one_key_blocks and one_row_blocks: interpret; one_token: mosaic_tpu), and
-# the derived cases made from them; the norms' cases of a persistent grid walking rows, and their backward
+# accumulate's in-place (aliased) output, and the sharded matmuls' partial column block (both for TPU
+# interpret mode's sake; see the specs), and the derived cases made from those ragged cases; flash
+# attention's cases of blocks one element apart, which name the backends they run on (one_key_blocks and
+# one_row_blocks: interpret; one_token: mosaic_tpu), and the derived cases made from them; the norms' cases of a persistent grid walking rows, and their backward
 # cases of rows read in column chunks (triton only)
 LIBRARY_SKIPS = [('accumulate', 'mosaic_tpu', 'derived:steps1_M'),
                  ('accumulate', 'mosaic_tpu', 'derived:steps1_N'),
