@@ -76,8 +76,9 @@ def test_shipped_library_passes_on_interpret_and_tpu_interpret(tmp_path, backend
 # accumulate's in-place (aliased) output, and the sharded matmuls' partial column block (both for TPU
 # interpret mode's sake; see the specs), and the derived cases made from those ragged cases; flash
 # attention's cases of blocks one element apart, which name the backends they run on (one_key_blocks and
-# one_row_blocks: interpret; one_token: mosaic_tpu), and the derived cases made from them; the norms' cases of a persistent grid walking rows, and their backward
-# cases of rows read in column chunks (triton only)
+# one_row_blocks: interpret; one_token: mosaic_tpu), and the derived cases made from them; the norms'
+# cases of a persistent grid walking rows, and their backward cases of rows read in column chunks (triton
+# only)
 LIBRARY_SKIPS = [('accumulate', 'mosaic_tpu', 'derived:steps1_M'),
                  ('accumulate', 'mosaic_tpu', 'derived:steps1_N'),
                  ('accumulate', 'mosaic_tpu', 'derived:steps2_M'),
