@@ -3,6 +3,7 @@ side by side with the XLA reference. Returns a result row (see docs/bench.md).""
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 import time
@@ -150,6 +151,7 @@ def bench(task, prep, check_outputs, vjp_module=None) -> Result:
             calls[f"competitor:{name}"] = timing.rotating(entry, arg_sets)
         else:
             competitors[name] = entry
+    found = rivals = None  # the reference's gradients, checked against: free before the rounds
     if bound != "compute" and not task.grad:  # memory-bound, or no peaks to tell: a copy of as many bytes
         calls["copy"] = _copy_call(nbytes, copies)
     times = timing.sample(calls, samples=task.samples)
@@ -278,7 +280,11 @@ def _grad_calls(task, prep, vjp_module, start: float, forward_on_reference: bool
     found = gradrun.gradients(task, prep, fn, start)
     reference = functools.partial(prep.ref_fn, **prep.ref_params)
     n = len(prep.inputs)
-    return gradrun.judge(task, prep, found), _fwd_bwd(fn, found.wrt, n), _fwd_bwd(reference, found.wrt, n), found
+    verdict = gradrun.judge(task, prep, found)
+    # Once judged, the outputs are not needed: the timing keeps the cotangents, and the reference's
+    # gradients to check the competitors by. At 2**31 elements each such array is 8 GiB.
+    found = dataclasses.replace(found, outs=None, grads=(), ref_outs=None)
+    return verdict, _fwd_bwd(fn, found.wrt, n), _fwd_bwd(reference, found.wrt, n), found
 
 
 def _not_here(module, name: str, platforms: tuple, platform: str) -> str | None:

@@ -154,31 +154,35 @@ def _compare_on_device(out, ref, atol: float, rtol: float, bound: float) -> dict
     import jax
     import jax.numpy as jnp
 
+    # Counts are summed as uint32 and the finite elements as float32: an int32 count, jax's default,
+    # wraps at 2**31 elements, and a Python int of the size is no int32 argument either.
     @jax.jit
     def metrics(o, r):
         o, r = o.astype(jnp.float32), r.astype(jnp.float32)
         finite_ref, finite_out = jnp.isfinite(r), jnp.isfinite(o)
         both = finite_ref & finite_out
         ref_norm = jnp.linalg.norm(jnp.where(finite_ref, r, 0.0))
-        rms = ref_norm / jnp.sqrt(jnp.maximum(jnp.sum(finite_ref), 1).astype(jnp.float32))
+        rms = ref_norm / jnp.sqrt(jnp.maximum(jnp.sum(finite_ref, dtype=jnp.float32), 1.0))
         floor = atol * jnp.maximum(rms, SCALE_FLOOR)
         diff = jnp.where(both, jnp.abs(o - r), 0.0)
         within = jnp.where(both, diff <= floor + rtol * jnp.abs(r), False)
         within |= ~finite_ref & ((jnp.isnan(o) & jnp.isnan(r)) | (o == r))
         denom = jnp.maximum(jnp.abs(r), jnp.where(floor > 0, floor, jnp.finfo(jnp.float32).tiny))
-        n_within = jnp.sum(within)
-        worst = jnp.where(n_within == o.size, jnp.argmax(diff), jnp.argmax(jnp.where(within, -1.0, diff + 1.0)))
-        unlike = jnp.sum(finite_ref & ~finite_out) + jnp.sum(~finite_ref & ~((jnp.isnan(o) & jnp.isnan(r)) | (o == r)))
+        n_outside = jnp.sum(~within, dtype=jnp.uint32)
+        worst = jnp.where(n_outside == 0, jnp.argmax(diff), jnp.argmax(jnp.where(within, -1.0, diff + 1.0)))
+        unlike = (jnp.sum(finite_ref & ~finite_out, dtype=jnp.uint32)
+                  + jnp.sum(~finite_ref & ~((jnp.isnan(o) & jnp.isnan(r)) | (o == r)), dtype=jnp.uint32))
         bounds = jnp.where(both, floor + rtol * jnp.abs(r), 1.0)
         ratio = jnp.max(jnp.where(diff > 0, diff / bounds, 0.0))
         return (jnp.max(diff), jnp.max(jnp.where(both, diff / denom, 0.0)), jnp.linalg.norm(diff),
-                ref_norm, n_within, jnp.sum(finite_ref & ~finite_out), worst, o.ravel()[worst], r.ravel()[worst],
+                ref_norm, n_outside, jnp.sum(finite_ref & ~finite_out, dtype=jnp.uint32), worst, o.ravel()[worst], r.ravel()[worst],
                 unlike, ratio)
 
-    max_abs, max_rel, err_norm, ref_norm, n_within, bad, worst, got, want, unlike, ratio = (
+    max_abs, max_rel, err_norm, ref_norm, n_outside, bad, worst, got, want, unlike, ratio = (
         v.item() for v in metrics(out, ref)
     )
     n = int(out.size)
+    n_within = n - int(n_outside)
     index = tuple(int(i) for i in np.unravel_index(worst, out.shape))
     rel_err = float(err_norm / ref_norm) if ref_norm > 0 else float(err_norm)
     verdict = {

@@ -14,6 +14,7 @@ import time
 
 from kspec.codegen.spec import dtypes as dt
 from kspec.codegen.run.compare import compare_within, verdict_result
+from kspec.codegen.run import inputs
 from kspec.codegen.run.inputs import rng_for, upcast
 from kspec.codegen.run.tasks import Result, Status, result
 
@@ -54,7 +55,11 @@ def _cotangent(out, rng=None):
 
     if not jnp.issubdtype(out.dtype, jnp.inexact):
         return np.zeros(out.shape, jax.dtypes.float0)
-    return out if rng is None else jnp.asarray(rng.standard_normal(out.shape)).astype(out.dtype)
+    if rng is None:
+        return out
+    if out.size > inputs.DEVICE_THRESHOLD:  # drawn on the device, as big inputs are
+        return inputs.device_normal(rng, out.shape, str(out.dtype))
+    return jnp.asarray(rng.standard_normal(out.shape)).astype(out.dtype)
 
 
 @dataclasses.dataclass(frozen=True)

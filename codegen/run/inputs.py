@@ -20,7 +20,7 @@ def rng_for(task: Task, operand: str) -> np.random.Generator:
 
 
 LARGE = 30.0  # `large`: standard normal times this
-# Elements above which a normal input is drawn on the device (_device_normal): the host's float64
+# Elements above which a normal input is drawn on the device (device_normal): the host's float64
 # draw and its transfer took longer than the timing of a sweep's largest shapes.
 DEVICE_THRESHOLD = 1 << 22
 NEGATIVE = 1e3  # `negative_rows`: rows near minus this (less for dtypes whose range is smaller)
@@ -77,10 +77,10 @@ def make_input(task: Task, op, shape: tuple, dtype: str, env: dict, shapes: dict
         data = np.full(shape, 1.0 if kind == InitKind.ONES else 0.0)
     elif kind == InitKind.NORMAL:
         if _on_device(shape, dtype):
-            return _device_normal(rng, shape, dtype, init.mean, init.std)
+            return device_normal(rng, shape, dtype, init.mean, init.std)
         data = rng.normal(init.mean, init.std, size=shape)
     elif _on_device(shape, dtype):
-        return _device_normal(rng, shape, dtype)
+        return device_normal(rng, shape, dtype)
     else:
         info = dt.DTYPES[dtype]
         if info[1] == "b":
@@ -99,7 +99,7 @@ def _on_device(shape: tuple, dtype: str) -> bool:
     return dt.DTYPES[dtype][1] == "f" and int(np.prod(shape, dtype=np.int64)) > DEVICE_THRESHOLD
 
 
-def _device_normal(rng: np.random.Generator, shape: tuple, dtype: str, mean: float = 0.0, std: float = 1.0):
+def device_normal(rng: np.random.Generator, shape: tuple, dtype: str, mean: float = 0.0, std: float = 1.0):
     """Normal data of a large float input, drawn by jax.random in float32 on the default device
     from a key taken from the input's own stream: as reproducible as the host's draw."""
     import jax
