@@ -495,13 +495,14 @@ def tune(
     seed: Optional[int] = typer.Option(None, "--seed", help="Seed for inputs and the random and guided strategies."),
     tuning_dir: Optional[Path] = typer.Option(None, "--tuning-dir", help="Where results go (default: tuning/ beside generated/)."),
     timeout: float = typer.Option(1800.0, "--timeout", callback=_seconds, help="Seconds allowed per config batch."),
-    sweep: bool = typer.Option(False, "--sweep", help="Tune every shape of the specs' families instead of the bench cases (resumable: what is recorded is skipped); bound it with --budget-seconds."),
+    sweep: bool = typer.Option(False, "--sweep", help="Tune every shape of the specs' families instead of the bench cases, each shape bucket at one shape before any at a second (resumable: what is recorded is skipped); bound it with --budget-seconds."),
     family: Optional[List[str]] = typer.Option(None, "--family", help="With --sweep: only these families (repeatable)."),
     grad: bool = typer.Option(
         False, "--grad",
         help="Search nothing: time the forward and backward pass together as backend=\"auto\" runs them (the tuned "
-             "forward config, the backward kernels) against XLA's autodiff of the reference, round by round, per shape "
-             "bucket, and record it. Where it is slower, the generated package differentiates the reference there. "
+             "forward config, the backward kernels) against XLA's autodiff of the reference, round by round, per case "
+             "or shape, and record it. Where it is slower at any shape of a bucket, the generated package differentiates "
+             "the reference in that bucket. "
              "For specs with `vjp:` and `dispatch: {reference_when_faster: true}` (resumable: what is recorded is "
              "skipped).",
     ),
@@ -515,7 +516,8 @@ def tune(
     from kspec.codegen import tune as tn
     from kspec.codegen.verify import case_selected
     from kspec.codegen.emit.signature import Signature
-    from kspec.codegen.tune.case import CaseJob, tune_case, tune_grad
+    from kspec.codegen.tune.case import CaseJob, first_shapes_first, tune_case, tune_grad
+    from kspec.codegen.tune.store import Store
 
     if strategy not in tn.STRATEGIES:
         typer.echo("error: --strategy must be exhaustive, random or guided", err=True)
@@ -530,11 +532,10 @@ def tune(
     started = time.monotonic()
     failed = False
     try:
+        jobs = []  # (job, its kernel's store, the keys recorded there, its grad hash): spec, backend, case, dtype
         for r in results:
             spec = r.spec
             out_root = pipeline.out_root_for(r.path)
-            from kspec.codegen.tune.store import Store
-
             store = Store(tuning_dir or pipeline.tuning_dir(out_root), spec.name, info["device"])
             done = store.done()
             if sweep:
@@ -554,18 +555,20 @@ def tune(
                     if not case_selected(c.name, case):
                         continue
                     for assign in instances.dtype_assignments(spec, c):
-                        if not variant.supports(assign):
-                            continue
-                        if budget_seconds and time.monotonic() - started > budget_seconds:
-                            typer.echo("time budget spent: stopping")
-                            raise typer.Exit(1 if failed else 0)
-                        job = CaseJob(spec, variant, i, c, assign, suite, str(out_root), info["device"],
-                                      info["jax_version"], strategy, budget_trials, samples, seed, sustained)
-                        if grad:
-                            failed |= tune_grad(job, store, gradient_sha, session.run, typer.echo)
-                        else:
-                            failed |= tune_case(job, store, done, functools.partial(_stream_with_progress, session),
-                                                typer.echo)
+                        if variant.supports(assign):
+                            job = CaseJob(spec, variant, i, c, assign, suite, str(out_root), info["device"],
+                                          info["jax_version"], strategy, budget_trials, samples, seed, sustained)
+                            jobs.append((job, store, done, gradient_sha))
+        if sweep:  # every bucket at one shape before any at a second
+            jobs = first_shapes_first(jobs, lambda item: item[0])
+        for job, store, done, gradient_sha in jobs:
+            if budget_seconds and time.monotonic() - started > budget_seconds:
+                typer.echo("time budget spent: stopping")
+                raise typer.Exit(1 if failed else 0)
+            if grad:
+                failed |= tune_grad(job, store, gradient_sha, session.run, typer.echo)
+            else:
+                failed |= tune_case(job, store, done, functools.partial(_stream_with_progress, session), typer.echo)
     finally:
         session.close()
     typer.echo("run `kspec generate` to embed the tuned configs in generated/")

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -145,6 +146,19 @@ def test_tune_sweep_records_each_bucket_and_a_rerun_skips_them(kspec, write_spec
     assert {tuple(e["bucket"]) for e in entries} == {(4, 4), (4, 16), (8, 4), (8, 16)} and len(entries) == 8
     r = kspec(*args, timeout=300)
     assert r.rc == 0 and r.out.count("0 to try") == 4, r.out
+
+
+def test_tune_sweep_tunes_each_shape_of_a_bucket_every_bucket_once_first(kspec, write_spec, tmp_path):
+    """N 12 and 16 share bucket 16: both are tuned, each config at each, and every bucket at its first
+    shape before any at its second; the second shape's summary names the config for the bucket."""
+    path = write_spec(SPEC.replace("N: [3, 4, 16]", "N: [12, 16]"))
+    assert kspec("generate", str(path)).rc == 0
+    r = kspec("tune", str(path), "--sweep", "--family", "small", "--backend", "interpret", "--samples", "3",
+              "--seed", "2", timeout=300)
+    assert r.rc == 0, r.both
+    assert re.findall(r"scale_even\[interpret\] (\w+) float32: 2 configs, 0 pruned statically, 2 to try", r.out) == [
+        "small_M4_N12", "small_M8_N12", "small_M4_N16", "small_M8_N16"]
+    assert len(re.findall(r"^  bucket \[(?:4|8), 16\] over 2 cases: \{'bs': [24]\}, within", r.out, re.M)) == 2
 
 
 def test_auto_calls_the_reference_where_tuning_measured_it_faster(kspec, write_spec, tmp_path):

@@ -35,7 +35,7 @@ def _init_code(op, scope: tuple) -> dict:
 
 
 def tuning(sig: Signature, tuned: dict, linked: tuple = ()) -> dict:
-    """_tuning.py: the fastest config per device, backend, dtype and shape bucket in `tuned`
+    """_tuning.py: the config `tuning.best` picks per device, backend, dtype and shape bucket in `tuned`
     ({device kind: tuning entries}), and each backend's defaults. `linked`: the backward
     KernelSpecs of the spec's `vjp:`, whose hashes `kspec tune --grad`'s entries are recorded for."""
     from kspec.codegen.spec import tuning as tg

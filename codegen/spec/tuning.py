@@ -2,8 +2,9 @@
 
 Each file holds every trial of one kernel on one device kind, appended (atomically
 rewritten) as results come, so a stopped run resumes where it was. An entry is keyed
-by backend, shape bucket, dtype, jax version, kernel hash, params and how it was timed
-(alone, or `load: "sustained"` against the reference: `kspec tune --sustained`); the
+by backend, shape bucket, dtype, jax version, kernel hash, params, how it was timed
+(alone, or `load: "sustained"` against the reference: `kspec tune --sustained`) and the
+case (shape) it ran, so that a bucket's config is chosen over all of its tuned shapes; the
 kernel hash covers what decides the generated kernel (not docs, cases or tolerances, nor which
 values a param offers the tuner, nor the reference or the inputs' test data: `init`, `kinds`), and
 entries whose hash differs from the spec's are stale: `kspec check` reports them and codegen
@@ -19,9 +20,11 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
+import math
 import re
 from importlib import resources
 from pathlib import Path
+from typing import NamedTuple
 
 from kspec.codegen.diagnostics import Diagnostic, Location
 from kspec.codegen.spec import loader
@@ -125,9 +128,12 @@ def cost(entry: dict):
 
 
 def key(entry: dict) -> tuple:
+    """What makes a trial new: a config timed at another case (shape) of a recorded bucket is one,
+    so that a bucket's config can be chosen for all of its shapes (`best`)."""
     return (
         entry["backend"], tuple(entry["bucket"]), entry["dtype"], fixed(entry), entry["jax_version"],
         entry["kernel_sha"], tuple(sorted(entry["params"].items())), how_timed(entry), entry.get("reference_sha"),
+        entry.get("case"),
     )
 
 
@@ -332,49 +338,104 @@ def usable(entry: dict, sha: str, choices: dict | None = None) -> bool:
     return entry.get("kernel_sha") == sha and cost(entry) is not None and (not choices or offered(entry, choices))
 
 
-def best(entries: list, sha: str, choices: dict | None = None, ref: str | None = None) -> dict:
-    """{(backend, dtype, bucket, fixed): params} of the fastest usable entry per key.
+def table_key(entry: dict) -> tuple:
+    """(backend, dtype, bucket, fixed): what a generated package looks a config up by."""
+    return entry["backend"], entry["dtype"], tuple(entry["bucket"]), fixed(entry)
 
-    Where a key has sustained entries, the fastest of those wins (they rank configs under the
-    clocks that applications run at); times taken alone are not compared with them. Sustained
-    entries timed against the current reference (`ref`, its `reference_sha`) rank before those
-    timed against an earlier one."""
-    chosen: dict = {}
-    for e in entries:
+
+class Pick(NamedTuple):
+    """The config `picks` chooses for a bucket: its params, its score (lower is better; see
+    `picks`) and, per case it was timed at, the entry that counts there (its least cost)."""
+
+    params: dict
+    score: float
+    at: dict
+
+
+def picks(entries: list, sha: str, choices: dict | None = None, ref: str | None = None) -> dict:
+    """{(backend, dtype, bucket, fixed): Pick}: the config chosen per key, for every case (shape) of
+    its bucket that was tuned, not only the first.
+
+    Only the key's best group of usable entries ranks: sustained ones (they rank configs under the
+    clocks that applications run at; times taken alone are not compared with them), those timed
+    against the current reference (`ref`, its `reference_sha`) before those against an earlier
+    one, else those timed alone. Within it, a config counts at each case by its least cost there.
+    The candidates are the configs timed at every case the group has, or where none is, at the
+    most cases; each is scored by its worst case: the largest cost when sustained (1 / its worst
+    speedup), and when timed alone, where times at different shapes do not compare, the largest
+    ratio of its time to the fastest config's at the same case. The lowest score wins; ties go to
+    the config whose entries were recorded first (with one case: the first entry of the least cost)."""
+    groups: dict = {}  # key -> (rank, {params: {case: (cost, index, entry)}})
+    for i, e in enumerate(entries):
         if not usable(e, sha, choices) or how_timed(e) == GRAD:
             continue
-        k = (e["backend"], e["dtype"], tuple(e["bucket"]), fixed(e))
-        rank = (how_timed(e) != "sustained", ref is not None and e.get("reference_sha") != ref, cost(e))
-        if k not in chosen or rank < chosen[k][0]:
-            chosen[k] = (rank, e)
-    return {k: dict(sorted(e["params"].items())) for k, (_, e) in sorted(chosen.items())}
+        k, rank = table_key(e), (how_timed(e) != "sustained", ref is not None and e.get("reference_sha") != ref)
+        if k not in groups or rank < groups[k][0]:
+            groups[k] = (rank, {})
+        if rank == groups[k][0]:
+            cases = groups[k][1].setdefault(tuple(sorted(e["params"].items())), {})
+            if e.get("case") not in cases or cost(e) < cases[e.get("case")][0]:
+                cases[e.get("case")] = (cost(e), i, e)
+    return {k: _pick(alone, configs) for k, ((alone, _), configs) in sorted(groups.items())}
+
+
+def _pick(alone: bool, configs: dict) -> Pick:
+    """The best-scored of one group's configs ({params: {case: (cost, index, entry)}}), see `picks`."""
+    fastest: dict = {}  # case -> the least cost of any config there
+    for cases in configs.values():
+        for case, (c, _, _) in cases.items():
+            fastest[case] = min(fastest.get(case, c), c)
+    most = max(map(len, configs.values()))
+    scored = []
+    for params, cases in configs.items():
+        if len(cases) == most:
+            worst = max(_relative(c, fastest[case]) if alone else c for case, (c, _, _) in cases.items())
+            scored.append((worst, max(i for _, i, _ in cases.values()), params, cases))
+    score, _, params, cases = min(scored)
+    return Pick(dict(params), score, {case: e for case, (_, _, e) in sorted(cases.items(), key=_case_order)})
+
+
+def _relative(ms: float, fastest: float) -> float:
+    """A time relative to the fastest at its case (a hand-written 0 ms is as fast as any other)."""
+    return ms / fastest if fastest else (1.0 if ms == fastest else math.inf)
+
+
+def _case_order(item) -> tuple:
+    """Cases by name (an entry recorded without one last)."""
+    return item[0] is None, item[0] or ""
+
+
+def best(entries: list, sha: str, choices: dict | None = None, ref: str | None = None) -> dict:
+    """{(backend, dtype, bucket, fixed): params} of the config `picks` chooses per key: the one
+    best at its worst case of the bucket."""
+    return {k: p.params for k, p in picks(entries, sha, choices, ref).items()}
 
 
 def slower(entries: list, sha: str, ref: str, choices: dict | None = None) -> dict:
-    """{(backend, dtype, bucket, fixed): speedup} where the best config `best` picks was timed
-    against the current reference (`kspec tune --sustained`; `ref`, its `reference_sha`) and ran
-    slower than it (speedup < 1)."""
+    """{(backend, dtype, bucket, fixed): speedup} where the config `best` picks was timed against
+    the current reference (`kspec tune --sustained`; `ref`, its `reference_sha`) and, at the worst
+    of the bucket's cases, ran slower than it (speedup < 1): auto calls the reference there."""
     out = {}
-    picked = best(entries, sha, choices, ref)
-    for e in entries:
-        if (not usable(e, sha, choices) or e.get("speedup") is None or how_timed(e) != "sustained"
-                or e.get("reference_sha") != ref):
-            continue
-        k = (e["backend"], e["dtype"], tuple(e["bucket"]), fixed(e))
-        if picked.get(k) == dict(sorted(e["params"].items())) and e["speedup"] < 1.0:
-            out[k] = round(float(e["speedup"]), 3)
-    return dict(sorted(out.items()))
+    for k, p in picks(entries, sha, choices, ref).items():
+        if all(how_timed(e) == "sustained" and e.get("reference_sha") == ref for e in p.at.values()):
+            worst = min(e["speedup"] for e in p.at.values())
+            if worst < 1.0:
+                out[k] = round(float(worst), 3)
+    return out
 
 
 def grad_slower(entries: list, sha: str) -> dict:
     """{(backend, dtype, bucket, fixed): speedup} where `kspec tune --grad` measured the forward and
-    backward kernels together slower than the reference's autodiff (the last such entry per key,
-    for this version of the kernels: `sha` is `grad_sha`)."""
+    backward kernels together slower than the reference's autodiff: at any case of the bucket, by
+    the last such entry there (for this version of the kernels: `sha` is `grad_sha`); the smallest."""
     last = {}
     for e in entries:
         if how_timed(e) == GRAD and e.get("kernel_sha") == sha and cost(e) is not None:
-            last[(e["backend"], e["dtype"], tuple(e["bucket"]), fixed(e))] = e["speedup"]
-    return dict(sorted((k, round(float(x), 3)) for k, x in last.items() if x < 1.0))
+            last[(table_key(e), e.get("case"))] = e["speedup"]
+    worst: dict = {}
+    for (k, _), x in last.items():
+        worst[k] = min(worst.get(k, x), x)
+    return dict(sorted((k, round(float(x), 3)) for k, x in worst.items() if x < 1.0))
 
 
 def stale(entries: list, sha: str, gradient_sha: str | None = None) -> list:

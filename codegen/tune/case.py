@@ -59,6 +59,21 @@ class CaseJob:
                         samples=self.samples, configs=tuple(tn.key(c) for c in configs), sustained=self.sustained)
 
 
+def first_shapes_first(items: list, job: Callable = lambda item: item) -> list:
+    """The items (jobs, or what `job(item)` finds one in) in their order, except that every table's
+    bucket (kernel, backend, dtype, bucket, untuned params) has its first case before any has its
+    second, and so on: a sweep under --budget-seconds tunes each bucket at one shape before it
+    spends time on other shapes of buckets it has tuned."""
+    seen: dict = {}
+    ranked = []
+    for i, item in enumerate(items):
+        j = job(item)
+        where = (j.spec.name, *tg.table_key(j.base()))
+        seen[where] = seen.get(where, -1) + 1
+        ranked.append((seen[where], i))
+    return [items[i] for _, i in sorted(ranked)]
+
+
 def tune_case(job: CaseJob, store, done: set, run: Callable[[TuneTask, int, int], Iterable[Result]],
               say: Callable[[str], None]) -> bool:
     """Tune one job: statically pruned configs are recorded once (`done`: the keys recorded
@@ -103,12 +118,14 @@ def tune_case(job: CaseJob, store, done: set, run: Callable[[TuneTask, int, int]
 
 
 def _report(job: CaseJob, store, base: dict, say) -> bool:
-    """Say the fastest current config (and how the default compares); True if there is none."""
+    """Say the fastest current config at this job's case (and how the default compares), and, where
+    the bucket has other cases timed the same way, the config chosen over all of them (what `kspec
+    generate` embeds, unless entries timed otherwise decide); True if none passed at this case."""
     offered = tg.choices_of({job.variant.backend: job.variant})
-    current = [e for e in store.entries if e["backend"] == job.variant.backend and e["dtype"] == base["dtype"]
-               and e["bucket"] == base["bucket"] and tg.fixed(e) == tg.fixed(base)
-               and tg.usable(e, job.spec.kernel_sha, offered) and tg.how_timed(e) == tg.how_timed(base)
-               and e.get("reference_sha") == base.get("reference_sha")]
+    bucket = [e for e in store.entries if tg.table_key(e) == tg.table_key(base)
+              and tg.usable(e, job.spec.kernel_sha, offered) and tg.how_timed(e) == tg.how_timed(base)
+              and e.get("reference_sha") == base.get("reference_sha")]
+    current = [e for e in bucket if e.get("case") == base["case"]]
     if not current:
         say("  no config passed")
         return True
@@ -124,20 +141,36 @@ def _report(job: CaseJob, store, base: dict, say) -> bool:
         figure = f"{fastest['ms']:.3f} ms"
         versus = f", {default['ms'] / fastest['ms']:.2f}x the default's {default['ms']:.3f} ms" if default else ""
     say(f"  best {fastest['params']}: {figure}{versus} -> {store.path}")
+    if len({e.get("case") for e in bucket}) > 1:
+        say(_bucket_line(base, bucket, job.spec.kernel_sha))
     return False
+
+
+def _bucket_line(base: dict, bucket: list, sha: str) -> str:
+    """The config picked for the bucket (`tg.picks`) over the cases its entries of this job's kind
+    were timed at, and how it does at the worst of them."""
+    pick, cases = tg.picks(bucket, sha)[tg.table_key(base)], {e.get("case") for e in bucket}
+    if tg.how_timed(base) == "sustained":
+        case, worst = min(((c, e["speedup"]) for c, e in pick.at.items()), key=lambda ce: ce[1])
+        figure = f"{worst:.3f}x the reference at worst ({case})"
+    else:
+        figure = f"within {pick.score:.2f}x of the fastest config at each"
+    timed = "" if len(pick.at) == len(cases) else f" (timed at {len(pick.at)})"
+    return f"  bucket {base['bucket']} over {len(cases)} cases: {pick.params}{timed}, {figure}"
 
 
 def tune_grad(job: CaseJob, store, gradient_sha: str, run: Callable[[BenchTask], Result],
               say: Callable[[str], None]) -> bool:
     """Time one job's forward and backward pass as backend="auto" runs it, the backward kernels
     included, against the reference's autodiff, round by round (a grad bench task), and record it:
-    where it is slower, `kspec generate` makes auto differentiate the reference at this bucket. A job
-    recorded already (any forward config) is skipped. Returns True if the measurement failed."""
+    where it is slower, `kspec generate` makes auto differentiate the reference at this bucket. A case
+    recorded already (any forward config) is skipped; another case of its bucket is measured, since
+    the bucket counts as slower where any of its cases is. Returns True if the measurement failed."""
     # keyed as a tuning entry, but for the kernel and its backward kernels together (`gradient_sha`);
     # its params are the forward config that ran, recorded, not searched
     base = dict(job.base(), kernel_sha=gradient_sha, load=tg.GRAD)
     recorded = [e for e in store.entries if all(e.get(k) == base[k] for k in
-                                                 ("backend", "bucket", "dtype", "kernel_sha", "load"))
+                                                 ("backend", "bucket", "dtype", "kernel_sha", "load", "case"))
                 and tg.fixed(e) == tg.fixed(base)]
     shown = f"{job.spec.name}[{job.variant.backend}] {job.case.name} {job.label}"
     if recorded:

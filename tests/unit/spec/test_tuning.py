@@ -77,7 +77,7 @@ def test_key_tells_apart_what_a_config_was_tuned_for():
     assert tuning.key(base) == tuning.key(entry({"a": 2, "b": 1}, 3.0))  # params in any order, any time
     for changed in (dict(base, bucket=[4096]), dict(base, dtype="float32"), dict(base, fixed={"causal": True}),
                     dict(base, jax_version="0.10.2"), dict(base, kernel_sha="t"), dict(base, load="sustained"),
-                    dict(base, params={"b": 2, "a": 2}), dict(base, reference_sha="r")):
+                    dict(base, params={"b": 2, "a": 2}), dict(base, reference_sha="r"), dict(base, case="N16384")):
         assert tuning.key(changed) != tuning.key(base)
 
 
@@ -137,6 +137,87 @@ def test_only_comparisons_with_the_current_reference_decide_where_auto_takes_it(
     new = [entry({"b": 2}, 1.0, load="sustained", speedup=0.95, reference_sha="new")]
     assert tuning.best(old + new, "s", ref="new") == {k: {"b": 2}}  # ranked first, though slower than b=1 was
     assert tuning.slower(old + new, "s", "new") == {k: 0.95}
+
+
+K = ("triton", "bfloat16", (8192,), ())  # the table key of `entry`'s entries
+
+
+def sustained(case: str, params: dict, speedup: float, **more) -> dict:
+    """A trial timed against the reference "r" at `case`, one of the shapes of bucket 8192."""
+    return entry(params, 1.0, case=case, load="sustained", speedup=speedup, reference_sha="r", **more)
+
+
+def test_a_bucket_takes_the_config_best_at_its_worst_case():
+    """b=1 is the fastest at N 6144 but slow at N 8192, the other shape of the bucket; b=2 is best at
+    the worst of the two, so it is embedded, and being faster than the reference there, auto keeps it."""
+    first = [sustained("N6144", {"b": 1}, 1.20), sustained("N6144", {"b": 2}, 1.10)]
+    second = [sustained("N8192", {"b": 1}, 0.88), sustained("N8192", {"b": 2}, 1.02)]
+    assert tuning.best(first, "s", ref="r") == {K: {"b": 1}}  # one case: the fastest
+    assert tuning.slower(first, "s", "r") == {}
+    assert tuning.best(first + second, "s", ref="r") == {K: {"b": 2}}
+    assert tuning.slower(first + second, "s", "r") == {}
+    pick = tuning.picks(first + second, "s", ref="r")[K]
+    assert pick.score == pytest.approx(1 / 1.02) and sorted(pick.at) == ["N6144", "N8192"]
+    assert [e["speedup"] for e in pick.at.values()] == [1.10, 1.02]
+
+
+def test_a_config_counts_at_a_case_by_its_best_entry_there():
+    entries = [sustained("N6144", {"b": 1}, 1.20), sustained("N8192", {"b": 1}, 0.70),
+               sustained("N8192", {"b": 1}, 1.05), sustained("N6144", {"b": 2}, 1.10), sustained("N8192", {"b": 2}, 1.02)]
+    assert tuning.best(entries, "s", ref="r") == {K: {"b": 1}}  # its rerun at N8192: 1.05
+
+
+def test_candidates_are_the_configs_timed_at_every_case_else_at_the_most():
+    """A config fast at the one case it was timed at is no candidate beside configs timed at every
+    case; a failed trial does not count as timed."""
+    both = [sustained("N6144", {"b": 1}, 1.01), sustained("N8192", {"b": 1}, 1.01),
+            sustained("N6144", {"b": 2}, 1.10), sustained("N8192", {"b": 2}, 1.02)]
+    only_first = [sustained("N6144", {"b": 3}, 2.00)]
+    assert tuning.best(both + only_first, "s", ref="r") == {K: {"b": 2}}
+    failed = [dict(both[3], status="fail", speedup=None)]
+    assert tuning.best(both[:3] + failed + only_first, "s", ref="r") == {K: {"b": 1}}  # b=2 has one case now
+    # No config at all three cases: b=1 and b=2 are at two, b=3, b=4 and b=5 at one, however fast.
+    third = [sustained("N5120", {"b": 5}, 3.00), sustained("N6144", {"b": 4}, 5.00)]
+    assert tuning.best(both + only_first + third, "s", ref="r") == {K: {"b": 2}}
+
+
+def test_times_alone_are_compared_relative_to_the_fastest_at_each_case():
+    """At N 8192 every config takes longer than at N 6144: b=1 is 1.2x the fastest there, b=2 1.3x
+    the fastest at N 6144, so b=1 is better at its worst, though its largest time (12 ms) is the largest."""
+    entries = [entry({"b": 1}, 1.0, case="N6144"), entry({"b": 1}, 12.0, case="N8192"),
+               entry({"b": 2}, 1.3, case="N6144"), entry({"b": 2}, 10.0, case="N8192")]
+    assert tuning.best(entries, "s") == {K: {"b": 1}}
+    assert tuning.picks(entries, "s")[K].score == pytest.approx(1.2)
+    assert tuning.best(entries + [sustained("N6144", {"b": 2}, 1.1)], "s") == {K: {"b": 2}}  # sustained decides
+    zero = [entry({"b": 1}, 0.0, case="N6144"), entry({"b": 1}, 9.0, case="N8192"),  # 0 ms, by hand
+            entry({"b": 2}, 0.5, case="N6144"), entry({"b": 2}, 8.0, case="N8192")]
+    assert tuning.best(zero, "s") == {K: {"b": 1}}
+
+
+def test_equal_configs_go_to_the_one_recorded_first():
+    one, two = entry({"b": 1}, 1.0, case="N6144"), entry({"b": 2}, 1.0, case="N6144")
+    assert tuning.best([one, two], "s") == {K: {"b": 1}}
+    assert tuning.best([two, one], "s") == {K: {"b": 2}}
+
+
+def test_auto_calls_the_reference_where_the_picked_config_is_slower_at_any_case():
+    """b=1 is picked (0.95x at its worst, against b=2's 0.90x), and the bucket goes to the reference
+    with its worst speedup, though it beats the reference at N 6144."""
+    entries = [sustained("N6144", {"b": 1}, 1.20), sustained("N8192", {"b": 1}, 0.95),
+               sustained("N6144", {"b": 2}, 1.30), sustained("N8192", {"b": 2}, 0.90)]
+    assert tuning.best(entries, "s", ref="r") == {K: {"b": 1}}
+    assert tuning.slower(entries, "s", "r") == {K: 0.95}
+    assert tuning.slower(entries, "s", "other") == {}  # timed against another reference
+
+
+def test_grad_slower_takes_each_cases_last_entry_and_the_smallest_of_them():
+    def grad(case, speedup):
+        return entry({"b": 1}, 1.0, sha="g", case=case, load="grad", speedup=speedup)
+
+    entries = [grad("N8192", 0.95), grad("N6144", 0.80), grad("N6144", 1.10)]
+    assert tuning.grad_slower(entries, "g") == {K: 0.95}  # N6144 measured again at 1.10x; N8192 stays slower
+    assert tuning.grad_slower(entries + [grad("N5120", 0.90)], "g") == {K: 0.9}
+    assert tuning.grad_slower(entries + [grad("N8192", 1.01)], "g") == {}
 
 
 def test_stale_entries_are_those_of_another_kernel_version():
