@@ -413,8 +413,9 @@ def _sq_project(tmp_path) -> tuple:
 def test_under_auto_jax_grad_differentiates_the_reference_where_tune_grad_measured_the_kernels_slower(tmp_path):
     """A `kspec tune --grad` entry below 1x at a bucket: there backend="auto" runs the forward kernel
     for a call without a derivative, and jax.grad differentiates the reference (no pallas_call at
-    all). A backend named explicitly keeps its backward kernel; a grad entry for another version of
-    the kernels is stale (W900) and not embedded."""
+    all). A bucket not measured takes the verdict of the nearest measured one (a tie goes to the
+    larger). A backend named explicitly keeps its backward kernel; a grad entry for another version
+    of the kernels is stale (W900) and not embedded."""
     sha = _sq_project(tmp_path)
     kind = jax.devices()[0].device_kind
     entry = {"backend": "interpret", "bucket": [16, 128], "case": "b", "dtype": "float32", "fixed": {"bm": 8},
@@ -422,7 +423,8 @@ def test_under_auto_jax_grad_differentiates_the_reference_where_tune_grad_measur
              "params": {}, "ref_ms": 1.0, "speedup": 0.5, "speedup_ci95": [0.45, 0.55], "status": "pass"}
     folder = tmp_path / "tuning" / "sq"
     folder.mkdir(parents=True)
-    (folder / f"{kind}.json").write_text(json.dumps({"kernel": "sq", "device_kind": kind, "entries": [entry]}))
+    faster = dict(entry, bucket=[64, 128], case="c", ms=1.0, ref_ms=1.5, speedup=1.5, speedup_ci95=[1.4, 1.6])
+    (folder / f"{kind}.json").write_text(json.dumps({"kernel": "sq", "device_kind": kind, "entries": [entry, faster]}))
     r = invoke_kspec("generate", cwd=tmp_path)
     assert r.rc == 0 and "W900" not in r.both, r.both
     out = _python(tmp_path, """
@@ -432,17 +434,19 @@ def test_under_auto_jax_grad_differentiates_the_reference_where_tune_grad_measur
         x = jnp.linspace(-1.0, 1.0, 16 * 128).reshape(16, 128)
         grad = jax.grad(lambda x: jnp.sum(sq(x)))
         named = jax.grad(lambda x: jnp.sum(sq(x, backend="interpret")))
-        print(len(_tuning.GRAD_SLOWER), "pallas_call" in str(jax.make_jaxpr(sq)(x)),
+        print(len(_tuning.GRAD_SPEEDUP), "pallas_call" in str(jax.make_jaxpr(sq)(x)),
               "pallas_call" in str(jax.make_jaxpr(grad)(x)), "pallas_call" in str(jax.make_jaxpr(named)(x)),
               float(jnp.abs(grad(x) - 2 * x).max()))
+        # rows 8: nearest measured bucket (16, 128), slower; rows 32: (16, 128) and (64, 128) tie
+        print(*("pallas_call" in str(jax.make_jaxpr(grad)(jnp.ones((m, 128)))) for m in (8, 32, 64)))
     """)
-    assert out.split() == ["1", "True", "False", "True", "0.0"]
+    assert out.split() == ["2", "True", "False", "True", "0.0", "False", "True", "True"]
     (folder / f"{kind}.json").write_text(json.dumps(
         {"kernel": "sq", "device_kind": kind, "entries": [dict(entry, kernel_sha="0" * 64)]}))
     r = invoke_kspec("generate", cwd=tmp_path)
     assert r.rc == 0, r.both
     assert f"warning[W900]: 1 of 1 tuning entries for {kind} were recorded for another version of the kernel" in r.both
-    assert "GRAD_SLOWER = {\n}" in (tmp_path / "generated" / "sq" / "_tuning.py").read_text()
+    assert "GRAD_SPEEDUP = {\n}" in (tmp_path / "generated" / "sq" / "_tuning.py").read_text()
 
 
 def test_tune_grad_records_the_forward_and_backward_pass_against_the_references_autodiff(tmp_path):

@@ -48,7 +48,7 @@ TEMPLATE_NAMES = frozenset({
     "NamedSharding", "NoGradientError", "OUT_SPECS", "P", "PASSED_ON", "PLATFORMS", "REFERENCE_PARAMS", "TABLE", "available_backends", "bind", "bucket",
     "contextlib", "crop", "differentiable", "importlib", "make_mesh", "manual_axis_type", "resolve",
     "satisfies_constraints", "select_backend", "select_sharded_backend", "whole", "whole_blocks",
-    "KernelFallbackWarning", "UnsupportedCallError", "SLOWER", "GRAD_SLOWER", "check_call", "choose", "defaults",
+    "KernelFallbackWarning", "UnsupportedCallError", "SLOWER", "GRAD_SPEEDUP", "check_call", "choose", "defaults",
     "reference_gradient", "slower", "why_not",
 })
 TEMPLATE_LOCALS = frozenset({"chosen", "mesh", "module", "num_sms", "options", "out", "params"})

@@ -40,7 +40,7 @@ def tuning(sig: Signature, tuned: dict, linked: tuple = ()) -> dict:
     KernelSpecs of the spec's `vjp:`, whose hashes `kspec tune --grad`'s entries are recorded for."""
     from kspec.codegen.spec import tuning as tg
 
-    table, slower, grad_slower = [], [], []
+    table, slower, grad_speedup = [], [], []
     spec, ref = sig.spec, sig.spec.reference_sha  # what sustained and grad entries were timed against
     gradient_sha = (tg.grad_sha(spec.kernel_sha, [b.kernel_sha for b in linked], ref)
                     if sig.reference_gradient else None)
@@ -54,9 +54,9 @@ def tuning(sig: Signature, tuned: dict, linked: tuple = ()) -> dict:
                 if backend in sig.spec.variants:
                     slower.append((literal((device_kind, backend, dtype, bucket, fixed)), literal(x)))
         if gradient_sha is not None:
-            for (backend, dtype, bucket, fixed), x in tg.grad_slower(entries, gradient_sha).items():
+            for (backend, dtype, bucket, fixed), x in tg.grad_speedups(entries, gradient_sha).items():
                 if backend in sig.spec.variants:
-                    grad_slower.append((literal((device_kind, backend, dtype, bucket, fixed)), literal(x)))
+                    grad_speedup.append((literal((device_kind, backend, dtype, bucket, fixed)), literal(x)))
     defaults = [
         (b, "{" + ", ".join(f"{p.name!r}: {p.default.render() if isinstance(p.default, Expr) else literal(p.default)}"
                             for p in v.params if p.resolved) + "}")
@@ -69,7 +69,7 @@ def tuning(sig: Signature, tuned: dict, linked: tuple = ()) -> dict:
     return dict(
         sig.common(), table=table, defaults=defaults, constraint_params=constraint_params,
         constraints=constraints, slower=slower, reference_when_faster=sig.spec.reference_when_faster,
-        grad_slower=grad_slower, reference_gradient=sig.reference_gradient,
+        grad_speedup=grad_speedup, reference_gradient=sig.reference_gradient,
         dims_args=", ".join(sig.spec.dims),
     )
 

@@ -425,9 +425,22 @@ def slower(entries: list, sha: str, ref: str, choices: dict | None = None) -> di
 
 
 def grad_slower(entries: list, sha: str) -> dict:
-    """{(backend, dtype, bucket, fixed): speedup} where `kspec tune --grad` measured the forward and
-    backward kernels together slower than the reference's autodiff: at any case of the bucket, by
-    the last such entry there (for this version of the kernels: `sha` is `grad_sha`); the smallest."""
+    """{(backend, dtype, bucket, fixed): speedup} of the buckets `grad_speedups` has below 1."""
+    return {k: x for k, x in grad_speedups(entries, sha).items() if x < 1.0}
+
+
+def stale(entries: list, sha: str, gradient_sha: str | None = None) -> list:
+    """The entries recorded for another version of the kernel (`sha`), or, for grad entries, of the
+    kernel and its backward kernels (`gradient_sha`)."""
+    return [e for e in entries if e.get("kernel_sha") != (gradient_sha if how_timed(e) == GRAD else sha)]
+
+
+def grad_speedups(entries: list, sha: str) -> dict:
+    """{(backend, dtype, bucket, fixed): speedup} of every bucket `kspec tune --grad` measured for
+    this version of the kernels (`sha` is `grad_sha`): the forward and backward kernels together
+    over the reference's autodiff, by the last entry at each case of the bucket; the smallest of
+    those. A call in a bucket not measured takes the verdict of the nearest measured one
+    (generated/_runtime.py `nearest`)."""
     last = {}
     for e in entries:
         if how_timed(e) == GRAD and e.get("kernel_sha") == sha and cost(e) is not None:
@@ -435,10 +448,4 @@ def grad_slower(entries: list, sha: str) -> dict:
     worst: dict = {}
     for (k, _), x in last.items():
         worst[k] = min(worst.get(k, x), x)
-    return dict(sorted((k, round(float(x), 3)) for k, x in worst.items() if x < 1.0))
-
-
-def stale(entries: list, sha: str, gradient_sha: str | None = None) -> list:
-    """The entries recorded for another version of the kernel (`sha`), or, for grad entries, of the
-    kernel and its backward kernels (`gradient_sha`)."""
-    return [e for e in entries if e.get("kernel_sha") != (gradient_sha if how_timed(e) == GRAD else sha)]
+    return dict(sorted((k, round(float(x), 3)) for k, x in worst.items()))
