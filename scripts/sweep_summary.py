@@ -57,8 +57,8 @@ def main() -> int:
     print(text, end="")
     if args.markdown:
         Path(args.markdown).write_text(text)
-    if args.plot:
-        bench.plot_sweep(rows, args.plot)
+    if args.plot and not bench.plot_sweep(rows, args.plot):
+        print(f"no plot: no row has a size ({args.plot} not written)", file=sys.stderr)
     return 0
 
 

@@ -32,7 +32,7 @@ def test_bench_row_times_kernel_reference_and_copy_in_one_run(tmp_path):
     # Every result row's fields, then the figures docs/bench.md documents, in the order the reports write them
     assert tuple(row) == (*ROW_FIELDS, "ms", "ms_p10", "ms_p90", "ref_ms", "ref_ms_p10", "ref_ms_p90", "speedup",
                           "speedup_ci95", "speedup_of_medians", "compile_s", "ref_compile_s", "samples",
-                          "input_copies", "flops", "transcendentals", "bytes", "tflops", "ref_tflops", "gbs", "ref_gbs",
+                          "input_copies", "flops", "transcendentals", "bytes", "input_bytes", "tflops", "ref_tflops", "gbs", "ref_gbs",
                           "grad", "device", "roofline_pct", "ref_roofline_pct", "bound", "copy_ms", "copy_gbs",
                           "copy_pct", "ref_copy_pct", "params", "competitors", "samples_ms")
     assert row["bytes"] == 3 * 64 * 256 * 4

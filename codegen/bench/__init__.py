@@ -213,7 +213,11 @@ def sweep_summary(results: list) -> list:
         g = groups.setdefault((r["kernel"], r["backend"], r["dtype"]), {
             "shapes": 0, "fallbacks": 0, "errors": 0, "speedups": [], "competitors": {}, "compile_s": []})
         g["shapes"] += 1
-        if r.get("ms") is not None:
+        if r.get("ms") is not None and r.get("fallback"):  # a gradient XLA differentiates: XLA against itself
+            g["fallbacks"] += 1
+            g["speedups"].append((1.0, r["case"]))
+            g["compile_s"].append(r.get("compile_s") or 0.0)
+        elif r.get("ms") is not None:
             g["speedups"].append((r["speedup"], r["case"]))
             g["compile_s"].append(r.get("compile_s") or 0.0)
             for name, c in (r.get("competitors") or {}).items():
@@ -251,7 +255,8 @@ def sweep_markdown(summary: list) -> str:
         "## Sweep",
         "",
         ("Each shape of the spec's families, timed as above. Where backend=\"auto\" would pass the backend over "
-         "(its _dispatch.py rules it out at that shape), the call runs the reference: counted at 1.0x. `errors`: "
+         "(its _dispatch.py rules it out at that shape, or tuning measured it slower there), the call runs the reference: "
+         "counted at 1.0x; for a gradient, where XLA differentiates the reference, timed but counted so too. `errors`: "
          "shapes that failed or crashed."),
         "",
         "| " + " | ".join(SWEEP_COLUMNS) + " |",
@@ -268,20 +273,29 @@ def sweep_markdown(summary: list) -> str:
     return "\n".join(lines) + "\n"
 
 
-def plot_sweep(rows: list, path: str) -> None:
+def _size(row: dict):
+    """A row's problem size: the bytes its cost estimate counts, else (a gradient) its inputs'."""
+    return row.get("bytes") or row.get("input_bytes")
+
+
+def plot_sweep(rows: list, path: str) -> bool:
     """Speedup over XLA against problem size, one panel per kernel, one line per backend x dtype
-    (and dotted, over each competitor); where auto runs the reference, a cross at 1.0."""
-    done = [r for r in rows if r.get("ms") is not None or r.get("fallback")]
+    (and dotted, over each competitor); where auto runs the reference, a cross at 1.0. Rows of
+    no known size (a gradient's, from a kspec that did not record its inputs' bytes) are left out;
+    False (and no file) when none is left."""
+    done = [r for r in rows if (r.get("ms") is not None or r.get("fallback")) and _size(r)]
+    if not done:
+        return False
     plt, fig, panels = _panels(done)
     for ax, kernel in panels:
         mine = [r for r in done if r["kernel"] == kernel]
         for backend, dtype in sorted({(r["backend"], r["dtype"]) for r in mine}):
             series = [r for r in mine if r["backend"] == backend and r["dtype"] == dtype]
-            timed = sorted((r["bytes"], r["speedup"]) for r in series if r.get("ms") is not None)
+            timed = sorted((_size(r), r["speedup"]) for r in series if r.get("ms") is not None)
             (line,) = ax.plot([b for b, _ in timed], [s for _, s in timed], "o-", label=f"{backend} {dtype}")
             names = sorted({n for r in series for n, c in (r.get("competitors") or {}).items() if c["status"] == "pass"})
             for name in names:
-                pts = sorted((r["bytes"], r["competitors"][name]["speedup"]) for r in series
+                pts = sorted((_size(r), r["competitors"][name]["speedup"]) for r in series
                              if r.get("ms") is not None and r["competitors"].get(name, {}).get("status") == "pass")
                 ax.plot([b for b, _ in pts], [s for _, s in pts], ":", marker=".", color=line.get_color(),
                         label=f"over {name}")
@@ -294,3 +308,4 @@ def plot_sweep(rows: list, path: str) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
+    return True

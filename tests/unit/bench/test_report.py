@@ -59,3 +59,24 @@ def test_a_sweep_split_in_parts_sums_up_as_one(tmp_path):
     r = subprocess.run(script + [first, other], capture_output=True, text=True)
     assert r.returncode == 2
     assert r.stderr == f"error: {other}: device 'NVIDIA H200' differs from the earlier files' 'NVIDIA H100 80GB HBM3'\n"
+
+
+def test_a_gradient_xla_differentiates_counts_as_auto_on_the_reference(tmp_path):
+    """A grad sweep's row where auto differentiates the reference is XLA timed against itself: the
+    summary counts it at 1.0x with the shapes auto runs on the reference, whatever the rounds said;
+    a plot places gradient rows by their inputs' bytes, and draws nothing without a size."""
+    from kspec.codegen import bench
+
+    def grad_row(case, speedup, **more):
+        return dict({"kernel": "rms_norm", "backend": "triton", "case": case, "dtype": "bfloat16", "status": "pass",
+                     "message": "", "ms": 0.1, "speedup": speedup, "compile_s": 0.5, "competitors": {},
+                     "bytes": None}, **more)
+
+    rows = [grad_row("llm_M4096_N1024", 0.53, fallback=True), grad_row("llm_M4096_N4096", 1.5),
+            grad_row("llm_M1000_N768", 0.9)]
+    (s,) = bench.sweep_summary(rows)
+    assert (s["shapes"], s["fallbacks"], s["worst"], s["worst_case"]) == (3, 1, 0.9, "llm_M1000_N768")
+    assert abs(s["geomean"] - (1.5 * 0.9) ** (1 / 3)) < 1e-12
+    assert not bench.plot_sweep(rows, str(tmp_path / "none.png")) and not (tmp_path / "none.png").exists()
+    assert bench.plot_sweep([dict(r, input_bytes=1 << 20) for r in rows], str(tmp_path / "sized.png"))
+    assert (tmp_path / "sized.png").stat().st_size > 0
