@@ -139,9 +139,11 @@ def _check(kind: str, transforms, mask) -> None:
             starts.append(s.start)
             sizes.append(s.size)
         elif not getattr(s, "shape", ()):  # a scalar index: the dim is squeezed away
-            if not isinstance(s, int):  # a static one jax has checked already
-                bad = (s < 0) | (s >= n)
-                outside = bad if outside is None else outside | bad
+            # A static index past the dim is not caught by jax either (interpret mode clamps it back);
+            # a negative static one may count from the end, and is left to jax.
+            bad = (s >= n) if isinstance(s, int) else (s < 0) | (s >= n)
+            bad = jnp.asarray(bad)
+            outside = bad if outside is None else outside | bad
             starts.append(s)
             sizes.append(None)
         else:
