@@ -435,16 +435,28 @@ def stale(entries: list, sha: str, gradient_sha: str | None = None) -> list:
     return [e for e in entries if e.get("kernel_sha") != (gradient_sha if how_timed(e) == GRAD else sha)]
 
 
+# A gradient entry whose 95% interval reaches below this counts by the interval's low end: rounds
+# that noisy do not show the kernels ahead, and auto differentiates the reference there.
+GRAD_TRUSTED_LOW = 0.9
+
+
+def grad_figure(entry: dict) -> float:
+    """What a grad entry says of its shape: its speedup, or where the low end of its 95% interval is
+    below GRAD_TRUSTED_LOW, that low end."""
+    low = (entry.get("speedup_ci95") or [entry["speedup"]])[0]
+    return low if low < GRAD_TRUSTED_LOW else entry["speedup"]
+
+
 def grad_speedups(entries: list, sha: str) -> dict:
     """{(backend, dtype, bucket, fixed): speedup} of every bucket `kspec tune --grad` measured for
     this version of the kernels (`sha` is `grad_sha`): the forward and backward kernels together
-    over the reference's autodiff, by the last entry at each case of the bucket; the smallest of
-    those. A call in a bucket not measured takes the verdict of the nearest measured one
-    (generated/_runtime.py `nearest`)."""
+    over the reference's autodiff, by the last entry at each case of the bucket (`grad_figure`);
+    the smallest of those. A call in a bucket not measured takes the verdict of the nearest
+    measured one (generated/_runtime.py `nearest`)."""
     last = {}
     for e in entries:
         if how_timed(e) == GRAD and e.get("kernel_sha") == sha and cost(e) is not None:
-            last[(table_key(e), e.get("case"))] = e["speedup"]
+            last[(table_key(e), e.get("case"))] = grad_figure(e)
     worst: dict = {}
     for (k, _), x in last.items():
         worst[k] = min(worst.get(k, x), x)

@@ -220,6 +220,22 @@ def test_grad_slower_takes_each_cases_last_entry_and_the_smallest_of_them():
     assert tuning.grad_slower(entries + [grad("N8192", 1.01)], "g") == {}
 
 
+def test_a_gradient_measured_in_rounds_too_noisy_counts_by_its_intervals_low_end():
+    """1.162x with an interval of 0.709x to 5.286x does not show the kernels ahead: the bucket counts at
+    0.709x and goes to the reference; 1.05x within 0.95x to 1.10x keeps the kernels. Every measured bucket
+    is listed with its figure, the slower ones by grad_slower."""
+    def grad(case, speedup, ci):
+        return entry({"b": 1}, 1.0, sha="g", case=case, load="grad", speedup=speedup, speedup_ci95=ci)
+
+    assert tuning.grad_figure(grad("N8192", 1.162, [0.709, 5.286])) == 0.709
+    assert tuning.grad_figure(grad("N8192", 1.05, [0.95, 1.10])) == 1.05
+    assert tuning.grad_figure(grad("N8192", 1.05, [0.9, 1.10])) == 1.05  # the low end at 0.9x is trusted
+    assert tuning.grad_speedups([grad("N8192", 1.162, [0.709, 5.286])], "g") == {K: 0.709}
+    assert tuning.grad_slower([grad("N8192", 1.162, [0.709, 5.286])], "g") == {K: 0.709}
+    assert tuning.grad_speedups([grad("N8192", 1.05, [0.95, 1.10])], "g") == {K: 1.05}
+    assert tuning.grad_slower([grad("N8192", 1.05, [0.95, 1.10])], "g") == {}
+
+
 def test_stale_entries_are_those_of_another_kernel_version():
     entries = [entry({"b": 1}, 1.0), entry({"b": 2}, 1.0, sha="old"), entry({"b": 3}, None, sha="old", status="fail")]
     assert tuning.stale(entries, "s") == entries[1:]

@@ -116,3 +116,29 @@ def test_a_grad_measurement_is_recorded_per_case(tmp_path):
     assert tasks == ["widths_N640", "widths_N1024"]
     assert said[-1] == "tiny[interpret] widths_N640 float32: recorded already (0.900x the reference's autodiff)"
     assert [(e["case"], e["bucket"]) for e in store.entries] == [("widths_N640", [1024]), ("widths_N1024", [1024])]
+
+
+def test_a_grad_measurement_faster_but_too_noisy_is_measured_again(tmp_path):
+    """1.16x with an interval reaching down to 0.71x does not count as faster: a rerun measures that
+    case again (and again, while it stays so noisy); a slower one, or a faster one the interval bears
+    out, is recorded once."""
+    spec, said, tasks = build_spec(SPEC), [], []
+    todo = jobs(spec)
+    store = Store(tmp_path, spec.name, "cpu")
+    figures = iter([(1.16, [0.71, 5.29]), (1.12, [1.05, 1.20]), (0.80, [0.70, 0.85])])
+
+    def bench(task):
+        tasks.append(task.case)
+        speedup, ci = next(figures)
+        return row(task, "bench", params={"bs": 8}, ms=1.0, ref_ms=speedup, speedup=speedup, speedup_ci95=ci)
+
+    assert tune_grad(todo["widths_N640"], store, "g" * 64, bench, said.append) is False
+    assert said[-1] == ("tiny[interpret] widths_N640 float32: forward and backward 1.160x the reference's autodiff "
+                        "(0.710-5.290); auto will differentiate the reference here")
+    assert tune_grad(todo["widths_N640"], store, "g" * 64, bench, said.append) is False
+    assert said[-2] == "tiny[interpret] widths_N640 float32: measured again: 1.160x the reference's autodiff, but 0.710-5.290"
+    assert tune_grad(todo["widths_N640"], store, "g" * 64, bench, said.append) is False
+    assert said[-1] == "tiny[interpret] widths_N640 float32: recorded already (1.120x the reference's autodiff)"
+    assert tune_grad(todo["widths_N1024"], store, "g" * 64, bench, said.append) is False
+    assert tune_grad(todo["widths_N1024"], store, "g" * 64, bench, said.append) is False
+    assert tasks == ["widths_N640", "widths_N640", "widths_N1024"]
