@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -274,3 +275,34 @@ def test_a_store_never_starts_over_a_file_it_cannot_read(tmp_path):
     with pytest.raises(ValueError, match=r"NVIDIA_H200.json:1:32: error\[E120\]: not valid JSON"):
         Store(tmp_path, "tiny", "NVIDIA H200")
     assert (tmp_path / "tiny" / "NVIDIA_H200.json").read_text() == '{"kernel": "tiny", "entries": [}'
+
+
+def _append_many(root: str, tag: int, n: int) -> None:
+    store = Store(Path(root), "tiny", "NVIDIA H200")
+    for i in range(n):
+        store.append(entry({"b": tag}, float(i + 1), sha="5" * 64))
+
+
+def test_processes_recording_into_one_file_keep_every_entry(tmp_path):
+    """Two `kspec tune` processes (one per GPU, say) appending to one tuning file at once: every entry of
+    both is in the file, each process's in its order. An entry appended twice is kept twice, and an entry
+    of ours lost from the file (deleted by hand) is written back."""
+    import multiprocessing
+
+    ctx = multiprocessing.get_context("spawn")
+    procs = [ctx.Process(target=_append_many, args=(str(tmp_path), tag, 40)) for tag in (1, 2)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(120)
+    assert [p.exitcode for p in procs] == [0, 0]
+    entries = json.loads((tmp_path / "tiny" / "NVIDIA_H200.json").read_text())["entries"]
+    for tag in (1, 2):
+        assert [e["ms"] for e in entries if e["params"] == {"b": tag}] == [float(i + 1) for i in range(40)]
+    store = Store(tmp_path, "other", "NVIDIA H200")
+    same = entry({"b": 3}, None, sha="5" * 64, status="fail")
+    store.append(same)
+    store.append(dict(same))
+    store.path.unlink()
+    store.append(entry({"b": 4}, 1.0, sha="5" * 64))
+    assert [e["params"]["b"] for e in json.loads(store.path.read_text())["entries"]] == [3, 3, 4]
