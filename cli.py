@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import math
 import os
+import re
 import sys
 from collections import Counter
 from pathlib import Path
@@ -50,6 +51,19 @@ app = typer.Typer(
 PathsArg = typer.Argument(None, help="Spec files or folders (default: the specs folder).", show_default=False)
 CASE_HELP = "Only {what} with these names or shell-style patterns such as 'llm_M1000_*' (repeatable)."
 OutOpt = typer.Option(None, "--out", help="The output folder for this run (default: the project's `out`, generated/); it must lie inside the project.", show_default=False)
+
+SHARD_HELP = ("I/N: only the I-th of N shares of the cases (0 <= I < N), of about equal size by the product of "
+              "their dims: one process per GPU of a host, each its own share of a family.")
+
+
+def _shard_option(value: Optional[str]) -> Optional[tuple]:
+    if value is None:
+        return None
+    found = re.fullmatch(r"(\d+)/(\d+)", value)
+    if not found or not 0 <= int(found[1]) < int(found[2]):
+        raise typer.BadParameter(f"{value!r} is not I/N with 0 <= I < N (e.g. 0/4)")
+    return int(found[1]), int(found[2])
+
 
 
 def _seconds(value: Optional[float]) -> Optional[float]:
@@ -395,6 +409,7 @@ def bench(
     sweep: bool = typer.Option(False, "--sweep", help="Time every shape of the specs' families instead of the bench cases, and sum up each kernel: geomean and worst speedup, shapes where auto runs the reference; --plot draws speedup against size."),
     family: Optional[List[str]] = typer.Option(None, "--family", help="With --sweep: only these families (repeatable)."),
     grad: bool = typer.Option(False, "--grad", help="Time the forward and backward pass (jax.vjp through the spec's `vjp:` kernels) against XLA's autodiff of the reference and of each competitor; specs without `vjp:` are skipped."),
+    shard: Optional[str] = typer.Option(None, "--shard", callback=_shard_option, help=SHARD_HELP),
 ) -> None:
     """Time each kernel x backend x bench case against its XLA reference and the spec's competitors, side by side."""
     import datetime
@@ -425,7 +440,7 @@ def bench(
                 ceilings = (measured["bandwidth_gbs"], measured["tflops_bf16"])
                 roofline = f"measured here: copy {ceilings[0]:.0f} GB/s, bf16 matmul {ceilings[1]:.1f} TFLOP/s"
                 typer.echo(f"ceilings: {roofline}")
-            cases = _chosen_cases(results, case, family)
+            cases = _sharded(results, _chosen_cases(results, case, family), shard, sweep)
             tasks, skipped = bn.plan(results, backends=backend or [], cases=cases, seed=seed,
                                      samples=samples, platform=info["platform"], ceilings=ceilings,
                                      suite="sweep" if sweep else "bench", grad=grad)
@@ -506,6 +521,7 @@ def tune(
              "For specs with `vjp:` and `dispatch: {reference_when_faster: true}` (resumable: what is recorded is "
              "skipped).",
     ),
+    shard: Optional[str] = typer.Option(None, "--shard", callback=_shard_option, help=SHARD_HELP),
 ) -> None:
     """Search each spec's param choices for the fastest correct config; results go to tuning/."""
     import time
@@ -527,7 +543,7 @@ def tune(
         raise typer.Exit(2)
     results, session, seed = _start_run(paths, backend, seed, timeout, cases=case,
                                         case_kind="sweep" if sweep else "bench", out=out, families=family, sweep=sweep)
-    case = _chosen_cases(results, case, family)
+    case = _sharded(results, _chosen_cases(results, case, family), shard, sweep)
     info = session.info
     started = time.monotonic()
     failed = False
@@ -731,6 +747,32 @@ def _stream_with_progress(session, task, started: int, total: int):
     for i, row in enumerate(session.stream(task), started + 1):
         typer.echo(f"[{i}/{total}] {row.status:5} {row.extra.get('params')}", err=True)
         yield row
+
+
+def _sharded(results, chosen: list, shard: Optional[tuple], sweep: bool) -> list:
+    """`chosen` (case names, []: every case) held to shard (I, N) of `--shard`: the cases of the
+    specs' suites (the sweep's shapes, else the bench cases) split by `shard_names`, a name shared
+    by several specs weighing their sizes together."""
+    if shard is None:
+        return chosen
+    from kspec.codegen.verify import case_selected, shard_names
+
+    weights: dict = {}
+    for r in results:
+        if r.spec is None:
+            continue
+        suite = r.spec.sweep if sweep else (r.spec.bench or r.spec.cases)
+        for c in suite:
+            if case_selected(c.name, chosen):
+                size = 1
+                for d in r.spec.dims:
+                    size *= max(int(c.dims.get(d, 1)), 1)
+                weights[c.name] = weights.get(c.name, 0) + size
+    mine = shard_names(weights, *shard)
+    if not mine:
+        typer.echo(f"error: --shard {shard[0]}/{shard[1]} holds none of the {len(weights)} case(s)", err=True)
+        raise typer.Exit(2)
+    return mine
 
 
 def _chosen_cases(results, cases, families) -> list:

@@ -112,6 +112,28 @@ def test_bench_sweep_sums_up_each_kernel_and_counts_the_shapes_auto_runs_on_the_
     assert len(timed) == 4 and summary["worst"] == min(timed + [1.0])
 
 
+def test_a_sweep_split_in_shards_takes_each_shape_once(kspec, write_spec, tmp_path):
+    """`--shard I/N`: the family's shapes by size (M x N), the largest first, each to the lightest shard:
+    M8 N16 (128) to 0, then 64, 32, 24 and 16 to 1, and M4 N3 (12) to 0 again. Together the shards hold
+    every shape once; a shard past the shapes, or not I/N, is a usage error."""
+    from kspec.codegen.verify import shard_names
+
+    path = write_spec(SPEC)
+    assert kspec("generate", str(path)).rc == 0
+    got = []
+    for i in (0, 1):
+        r = kspec("bench", str(path), "--sweep", "--shard", f"{i}/2", "--samples", "3", "--seed", "1", "--json",
+                  f"part{i}.json", timeout=300)
+        assert r.rc == 0, r.both
+        got.append(sorted(x["case"] for x in json.loads((tmp_path / f"part{i}.json").read_text())["results"]))
+    assert got == [["small_M4_N3", "small_M8_N16"], ["small_M4_N16", "small_M4_N4", "small_M8_N3", "small_M8_N4"]]
+    assert shard_names({"a": 5, "b": 5, "c": 1}, 1, 2) == ["b"]  # equal sizes go by name, ties to the lower shard
+    r = kspec("bench", str(path), "--sweep", "--shard", "6/7")
+    assert r.rc == 2 and "error: --shard 6/7 holds none of the 6 case(s)" in r.err, r.both
+    r = kspec("tune", str(path), "--sweep", "--shard", "2/2")
+    assert r.rc == 2 and "'2/2' is not I/N with 0 <= I < N (e.g. 0/4)" in r.err, r.both
+
+
 def test_sweep_usage_errors(kspec, write_spec):
     path = write_spec(SPEC.replace("families:\n  small:\n    dims: {M: [4, 8], N: [3, 4, 16]}\n    dtype: float32\n", ""))
     assert kspec("generate", str(path)).rc == 0

@@ -26,6 +26,19 @@ def case_selected(name: str, patterns) -> bool:
     return not patterns or any(fnmatch.fnmatchcase(name, p) for p in patterns)
 
 
+def shard_names(weights: dict, index: int, count: int) -> list:
+    """The case names of shard `index` of `count` ({name: weight}): the heaviest first, each to the
+    shard with the least weight so far (ties to the lower shard), so that shards of one family
+    take about equal work and every process of a split run computes the same split."""
+    loads, mine = [0] * count, []
+    for name, weight in sorted(weights.items(), key=lambda item: (-item[1], item[0])):
+        least = loads.index(min(loads))
+        loads[least] += weight
+        if least == index:
+            mine.append(name)
+    return sorted(mine)
+
+
 def matrix(compiled: list, *, backends: list, cases: list, suite: str = "cases"):
     """Every (compiled spec, backend, case index, case, dtype assignment, input-dtype label) the
     filters keep: the one loop behind verify, sharded verify and bench plans. `suite`
