@@ -3,6 +3,7 @@ the spec's initialisers honoured, and the reference's view of them (low-precisio
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from collections.abc import Mapping
 
@@ -101,12 +102,22 @@ def _on_device(shape: tuple, dtype: str) -> bool:
 
 def device_normal(rng: np.random.Generator, shape: tuple, dtype: str, mean: float = 0.0, std: float = 1.0):
     """Normal data of a large float input, drawn by jax.random in float32 on the default device
-    from a key taken from the input's own stream: as reproducible as the host's draw."""
+    from a key taken from the input's own stream: as reproducible as the host's draw. One compiled
+    computation, so that only the result is allocated in full (op by op, the float32 draw, its
+    scaled and shifted copies and the cast would each be: 32 GiB at 2**31 elements)."""
     import jax
     import jax.numpy as jnp
 
     key = jax.random.key(int(rng.integers(2**31)))
-    return (jax.random.normal(key, shape, jnp.float32) * std + mean).astype(jnp.dtype(dtype))
+    return _draw_normal(tuple(int(d) for d in shape), str(jnp.dtype(dtype)))(key, jnp.float32(mean), jnp.float32(std))
+
+
+@functools.lru_cache(maxsize=64)
+def _draw_normal(shape: tuple, dtype: str):
+    import jax
+    import jax.numpy as jnp
+
+    return jax.jit(lambda key, mean, std: (jax.random.normal(key, shape, jnp.float32) * std + mean).astype(dtype))
 
 
 def _elementwise(expr, env: Mapping, made: Mapping, shape: tuple):
