@@ -78,5 +78,16 @@ def test_a_gradient_xla_differentiates_counts_as_auto_on_the_reference(tmp_path)
     assert (s["shapes"], s["fallbacks"], s["worst"], s["worst_case"]) == (3, 1, 0.9, "llm_M1000_N768")
     assert abs(s["geomean"] - (1.5 * 0.9) ** (1 / 3)) < 1e-12
     assert not bench.plot_sweep(rows, str(tmp_path / "none.png")) and not (tmp_path / "none.png").exists()
-    assert bench.plot_sweep([dict(r, input_bytes=1 << 20) for r in rows], str(tmp_path / "sized.png"))
+
+
+def test_a_gradient_sweep_is_plotted_by_its_inputs_bytes(tmp_path):
+    import pytest
+
+    pytest.importorskip("matplotlib")  # the `plot` extra
+    from kspec.codegen import bench
+
+    rows = [{"kernel": "rms_norm", "backend": "triton", "case": f"llm_M{m}_N1024", "dtype": "bfloat16",
+             "status": "pass", "message": "", "ms": 0.1, "speedup": 1.2, "compile_s": 0.5, "competitors": {},
+             "bytes": None, "input_bytes": m * 1024 * 2} for m in (1000, 2048)]
+    assert bench.plot_sweep(rows, str(tmp_path / "sized.png"))
     assert (tmp_path / "sized.png").stat().st_size > 0
