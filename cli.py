@@ -764,10 +764,7 @@ def _sharded(results, chosen: list, shard: Optional[tuple], sweep: bool) -> list
         suite = r.spec.sweep if sweep else (r.spec.bench or r.spec.cases)
         for c in suite:
             if case_selected(c.name, chosen):
-                size = 1
-                for d in r.spec.dims:
-                    size *= max(int(c.dims.get(d, 1)), 1)
-                weights[c.name] = weights.get(c.name, 0) + size
+                weights[c.name] = weights.get(c.name, 0) + c.size
     mine = shard_names(weights, *shard)
     if not mine:
         typer.echo(f"error: --shard {shard[0]}/{shard[1]} holds none of the {len(weights)} case(s)", err=True)

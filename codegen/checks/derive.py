@@ -214,13 +214,6 @@ def _covered(spec: KernelSpec, v: Variant, split: Split, prop: str, cases: list)
     return False
 
 
-def _size(case: Case) -> int:
-    total = 1
-    for n in case.dims.values():
-        total *= max(int(n), 1)
-    return total
-
-
 def derive(spec: KernelSpec, fits: Callable[[Case], bool], exhaustive: bool = False) -> list:
     """The derived cases of a spec, in a fixed order. By default only those that add a property no
     declared case (nor an earlier derived one) has on a backend that splits the same way;
@@ -229,7 +222,7 @@ def derive(spec: KernelSpec, fits: Callable[[Case], bool], exhaustive: bool = Fa
     constraints and hardware rules (a candidate that does not is dropped)."""
     if not spec.cases or spec.kind not in ("pallas_call", "mesh"):
         return []
-    bases = sorted(spec.cases, key=_size)  # the smallest declared case first: derived cases stay small
+    bases = sorted(spec.cases, key=lambda c: c.size)  # the smallest declared case first: derived cases stay small
     users: dict = {}  # (numerator, denominator) -> [(variant, split)], the backends that split so
     for v in spec.variants.values():
         for split in splits(spec, v):

@@ -431,6 +431,14 @@ class Case:
     absent: tuple = ()  # the optional inputs this case leaves out (None)
     backends: tuple = ()  # the backends that run the case; () for all of the spec's
 
+    @property
+    def size(self) -> int:
+        """The product of the case's dims (each at least 1): how large it is, to order or share out cases."""
+        total = 1
+        for n in self.dims.values():
+            total *= max(int(n), 1)
+        return total
+
 
 MAX_FAMILY_SHAPES = 512  # shapes per family (E510): a sweep times each on every backend
 
