@@ -449,6 +449,42 @@ def test_under_auto_jax_grad_differentiates_the_reference_where_tune_grad_measur
     assert "GRAD_SPEEDUP = {\n}" in (tmp_path / "generated" / "sq" / "_tuning.py").read_text()
 
 
+def test_where_auto_runs_the_reference_forward_the_gradient_verdict_still_holds(tmp_path):
+    """A bucket where tuning measured the forward kernel slower runs the reference's forward pass;
+    its backward kernels still run unless `kspec tune --grad` measured the pass slower there too,
+    and then jax.grad differentiates the reference: no pallas_call anywhere."""
+    from conftest import build_spec
+
+    sha = _sq_project(tmp_path)
+    forward = build_spec((tmp_path / "specs" / "sq.yaml").read_text())
+    kind = jax.devices()[0].device_kind
+    common = {"backend": "interpret", "bucket": [16, 128], "case": "b", "dtype": "float32", "fixed": {"bm": 8},
+              "jax_version": jax.__version__, "message": "", "ms": 2.0, "params": {}, "ref_ms": 1.0,
+              "speedup": 0.5, "speedup_ci95": [0.45, 0.55], "status": "pass"}
+    slow_forward = dict(common, kernel_sha=forward.kernel_sha, reference_sha=forward.reference_sha, load="sustained")
+    folder = tmp_path / "tuning" / "sq"
+    folder.mkdir(parents=True)
+    seen = []
+    for grad_speedup in (0.5, 1.5):
+        grad_entry = dict(common, kernel_sha=sha, load="grad", speedup=grad_speedup,
+                          speedup_ci95=[grad_speedup - 0.05, grad_speedup + 0.05])
+        (folder / f"{kind}.json").write_text(json.dumps(
+            {"kernel": "sq", "device_kind": kind, "entries": [slow_forward, grad_entry]}))
+        r = invoke_kspec("generate", cwd=tmp_path)
+        assert r.rc == 0, r.both
+        seen.append(_python(tmp_path, """
+            import warnings
+            import jax, jax.numpy as jnp
+            from generated.sq import sq
+            warnings.simplefilter("ignore")
+            x = jnp.linspace(-1.0, 1.0, 16 * 128).reshape(16, 128)
+            grad = jax.grad(lambda x: jnp.sum(sq(x)))
+            print("pallas_call" in str(jax.make_jaxpr(sq)(x)), "pallas_call" in str(jax.make_jaxpr(grad)(x)),
+                  float(jnp.abs(grad(x) - 2 * x).max()))
+        """).split())
+    assert seen == [["False", "False", "0.0"], ["False", "True", "0.0"]]
+
+
 def test_tune_grad_records_the_forward_and_backward_pass_against_the_references_autodiff(tmp_path):
     """`kspec tune --grad` times the bench case's forward and backward pass and appends one `load:
     grad` entry per backend, case and dtype, for the hash of the kernel and its backward kernels;

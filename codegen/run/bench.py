@@ -112,7 +112,7 @@ def bench(task, prep, check_outputs, vjp_module=None) -> Result:
             forward_on_reference = why  # the backward kernels still run (the package's _vjp.py)
         elif why is not None:
             return result(task, Status.SKIP, f"auto runs the reference here: {why}", fallback=True)
-        elif task.grad and not task.grad_kernels:
+        if task.grad and not task.grad_kernels:  # unless measured slower too (either forward pass)
             grad_on_reference = passed_over(task, prep, grad=True)
     prep = prep.with_params(tuned_params(task, prep))
     kernel = functools.partial(prep.fn, **prep.params)
@@ -227,10 +227,10 @@ def bench(task, prep, check_outputs, vjp_module=None) -> Result:
                                f"min_speedup_over {name} {least:g}", least)
     if too_slow:
         verdict = verdict.updated(status=Status.FAIL, message="; ".join(too_slow))
-    elif forward_on_reference is not None:
-        verdict = verdict.updated(message=f"forward pass on the reference, as auto runs it here: {forward_on_reference}")
     elif grad_on_reference is not None:
         verdict = verdict.updated(message=f"{GRAD_ON_REFERENCE}: {grad_on_reference}", fallback=True)
+    elif forward_on_reference is not None:
+        verdict = verdict.updated(message=f"forward pass on the reference, as auto runs it here: {forward_on_reference}")
     return verdict.updated(seconds=round(time.monotonic() - start, 3), **figures)
 
 
@@ -278,7 +278,8 @@ def _grad_calls(task, prep, vjp_module, start: float, forward_on_reference: bool
     # which runs its reference at shapes where tuning measured the kernel slower.
     if forward_on_reference:
         params = tuple(sorted((k, v) for k, v in prep.params.items() if k in vjp_module.REFERENCE_PARAMS))
-        fn = vjp_module.differentiable(None, params, auto=True)
+        fn = (vjp_module.reference_gradient(None, params) if grad_on_reference
+              else vjp_module.differentiable(None, params, auto=True))
     elif grad_on_reference:
         fn = vjp_module.reference_gradient(task.backend, tuple(sorted(prep.params.items())))
     else:

@@ -87,11 +87,29 @@ def gradients(task, prep, fn, start: float) -> Gradients:
     grads = jax.block_until_ready(pullback(_like(outs, cotangents)))
     seconds = round(time.monotonic() - start, 3)
     ref = functools.partial(prep.ref_fn, **prep.ref_params)
-    wide = [upcast(x) for x in prep.inputs]
+    inexact = tuple(c.dtype != jax.dtypes.float0 for c in cotangents)
     with jax.default_matmul_precision("highest"):
-        ref_outs, ref_pullback = jax.vjp(_on(ref, wide, wrt), *[wide[i] for i in wrt])
-        ref_grads = ref_pullback(_like(ref_outs, [c if c.dtype == jax.dtypes.float0 else upcast(c) for c in cotangents]))
+        ref_outs, ref_grads = _reference_vjp(ref, tuple(wrt), inexact)(
+            list(prep.inputs), [c for c, k in zip(cotangents, inexact) if k])
     return Gradients(wrt, outs, tuple(grads), cotangents, ref_outs, tuple(ref_grads), seconds)
+
+
+def _reference_vjp(ref, wrt: tuple, inexact: tuple):
+    """The reference's outputs and its gradients for the inputs at `wrt`, low-precision floats seen
+    as float32, as one compiled function of (inputs, the cotangents of the outputs that are
+    `inexact`): op by op, each of the reference's intermediates would be allocated in full (at
+    2**31 elements, 8 GiB apiece)."""
+    import jax
+    import numpy as np
+
+    def both(args, cotangents):
+        wide = [upcast(x) for x in args]
+        outs, pullback = jax.vjp(_on(ref, wide, list(wrt)), *[wide[i] for i in wrt])
+        given = iter(cotangents)
+        full = [upcast(next(given)) if k else np.zeros(o.shape, jax.dtypes.float0) for k, o in zip(inexact, _flat(outs))]
+        return outs, pullback(_like(outs, full))
+
+    return jax.jit(both)
 
 
 def judge(task, prep, g: Gradients) -> Result:
