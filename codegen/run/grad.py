@@ -82,31 +82,33 @@ def gradients(task, prep, fn, start: float) -> Gradients:
     import jax
 
     wrt = _wrt(prep)
-    outs, pullback = jax.vjp(_on(fn, prep.inputs, wrt), *[prep.inputs[i] for i in wrt])
-    cotangents = [_cotangent(o, rng_for(task, f"grad({op.name})")) for op, o in zip(prep.spec.returned, _flat(outs))]
-    grads = jax.block_until_ready(pullback(_like(outs, cotangents)))
+    shapes = jax.eval_shape(_on(fn, prep.inputs, wrt), *[prep.inputs[i] for i in wrt])
+    cotangents = [_cotangent(o, rng_for(task, f"grad({op.name})")) for op, o in zip(prep.spec.returned, _flat(shapes))]
+    inexact = tuple(c.dtype != jax.dtypes.float0 for c in cotangents)
+    given = [c for c, k in zip(cotangents, inexact) if k]
+    outs, grads = jax.block_until_ready(_vjp_of(fn, tuple(wrt), inexact, False)(list(prep.inputs), given))
     seconds = round(time.monotonic() - start, 3)
     ref = functools.partial(prep.ref_fn, **prep.ref_params)
-    inexact = tuple(c.dtype != jax.dtypes.float0 for c in cotangents)
     with jax.default_matmul_precision("highest"):
-        ref_outs, ref_grads = _reference_vjp(ref, tuple(wrt), inexact)(
-            list(prep.inputs), [c for c, k in zip(cotangents, inexact) if k])
+        ref_outs, ref_grads = _vjp_of(ref, tuple(wrt), inexact, True)(list(prep.inputs), given)
     return Gradients(wrt, outs, tuple(grads), cotangents, ref_outs, tuple(ref_grads), seconds)
 
 
-def _reference_vjp(ref, wrt: tuple, inexact: tuple):
-    """The reference's outputs and its gradients for the inputs at `wrt`, low-precision floats seen
-    as float32, as one compiled function of (inputs, the cotangents of the outputs that are
-    `inexact`): op by op, each of the reference's intermediates would be allocated in full (at
-    2**31 elements, 8 GiB apiece)."""
+def _vjp_of(fn, wrt: tuple, inexact: tuple, wide: bool):
+    """`fn`'s outputs and its gradients for the inputs at `wrt` as one compiled function of (inputs,
+    the cotangents of the outputs that are `inexact`); `wide`: low-precision floats seen as float32,
+    as the reference sees them. Op by op, each intermediate of a function that runs as jax ops (a
+    reference; a kernel's where dispatch runs it) would be allocated in full: 8 GiB apiece at 2**31
+    elements."""
     import jax
     import numpy as np
 
     def both(args, cotangents):
-        wide = [upcast(x) for x in args]
-        outs, pullback = jax.vjp(_on(ref, wide, list(wrt)), *[wide[i] for i in wrt])
+        args = [upcast(x) for x in args] if wide else args
+        outs, pullback = jax.vjp(_on(fn, args, list(wrt)), *[args[i] for i in wrt])
         given = iter(cotangents)
-        full = [upcast(next(given)) if k else np.zeros(o.shape, jax.dtypes.float0) for k, o in zip(inexact, _flat(outs))]
+        full = [(upcast(next(given)) if wide else next(given)) if k else np.zeros(o.shape, jax.dtypes.float0)
+                for k, o in zip(inexact, _flat(outs))]
         return outs, pullback(_like(outs, full))
 
     return jax.jit(both)

@@ -80,6 +80,7 @@ def sample(calls: dict, *, samples: int, target_s: float = 0.02, warm_s: float =
             start = time.perf_counter()
             out = None
             for _ in range(n):
+                out = None  # the last call's outputs freed before the next is queued: at 2**31 elements two sets may not fit
                 out = call()
             _block(out)
             times[name].append((time.perf_counter() - start) / n)
