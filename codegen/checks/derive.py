@@ -141,8 +141,10 @@ def splits(spec: KernelSpec, v: Variant) -> list:
 
 
 def runs(spec: KernelSpec, v: Variant, case: Case) -> bool:
-    """Whether verify runs the case on this backend (a dtype it takes, its constraints met)."""
-    return any(v.supports(d) for d in dtype_assignments(spec, case)) and unmet(v, case) is None
+    """Whether verify runs the case on this backend (one of the case's backends, a dtype it takes,
+    its constraints met)."""
+    return ((not case.backends or v.backend in case.backends)
+            and any(v.supports(d) for d in dtype_assignments(spec, case)) and unmet(v, case) is None)
 
 
 def env(v: Variant, case: Case) -> dict | None:
@@ -232,16 +234,21 @@ def derive(spec: KernelSpec, fits: Callable[[Case], bool], exhaustive: bool = Fa
     left = [MAX_CHECKED]
     for group in list(users.values())[:MAX_SPLITS]:
         for prop in _props(group[0][1], exhaustive):
-            made = [d.case for d in out]
-            known = made if exhaustive else list(spec.cases) + made
-            if any(_covered(spec, v, split, prop, known) for v, split in group):
-                continue
+            shared = True  # the property's first case runs on every backend; one more for a backend it misses, there only
             for v, split in group:
+                made = [d.case for d in out]
+                known = made if exhaustive else list(spec.cases) + made
+                if _covered(spec, v, split, prop, known):
+                    shared = False
+                    continue
                 found = _make(spec, v, split, prop, bases, fits, seen, left)
-                if found is not None:
-                    seen[tuple(sorted(found.case.dims.items()))] = found
-                    out.append(found)
-                    break
+                if found is None:
+                    continue
+                if not shared:
+                    found = dataclasses.replace(found, case=dataclasses.replace(found.case, backends=(v.backend,)))
+                shared = False
+                seen[tuple(sorted(found.case.dims.items()))] = found
+                out.append(found)
     return out
 
 
