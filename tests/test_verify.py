@@ -193,7 +193,9 @@ def test_json_report_is_complete_and_seed_reproduces(tmp_path):
     assert {"kspec_version", "jax_version", "device", "seed", "results"} <= set(doc)
     # The fields docs/verify.md documents, in the order the reports write them; a run row adds its input kinds
     assert {(r["mode"], tuple(r)) for r in doc["results"]} == {("run", (*ROW_FIELDS, "inputs")), ("grad", ROW_FIELDS)}
-    assert {r["status"] for r in doc["results"]} == {"pass"}
+    # every row passes but the derived case made for triton alone (interpret has its 3 row blocks elsewhere)
+    assert {(r["case"], r["status"], r["message"]) for r in doc["results"] if r["status"] != "pass"} == {
+        ("derived:steps3_M", "skip", "case `derived:steps3_M` runs only on triton")}
     errs = lambda p: [(r["case"], r["dtype"], r["max_abs_err"], r["rel_err"]) for r in results(p)]  # noqa: E731
     assert errs(a) == errs(b)
     assert errs(a) != errs(c)  # fresh data for another seed

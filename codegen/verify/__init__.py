@@ -101,7 +101,7 @@ def plan(
                 if not why:
                     tasks.append(task)
                 elif k == 0:
-                    skipped.append(result(task, "skip", why))
+                    skipped.append(_skipped(task, why))
         for c, name, i, d, assign, label in derived_matrix(compiled, backends=backends, cases=cases,
                                                            exhaustive=exhaustive):
             chosen = (kinds.NORMAL,)
@@ -113,8 +113,13 @@ def plan(
                 if not why:
                     tasks.append(task)
                 elif k == 0:
-                    skipped.append(result(task, "skip", why))
+                    skipped.append(_skipped(task, why))
     return tasks, skipped
+
+
+def _skipped(task, why: str):
+    """A skipped task's row: a run task's names the input kinds it would have run, as a run row does."""
+    return result(task, "skip", why, **({"inputs": list(task.inputs)} if isinstance(task, RunTask) else {}))
 
 
 def _tasks(c, name: str, i: int, case, assign: dict, label: str, seed: int, lower: bool, platform: str | None,
