@@ -78,7 +78,6 @@ def sample(calls: dict, *, samples: int, target_s: float = 0.02, warm_s: float =
         for name in order:
             call, n = calls[name], reps[name]
             start = time.perf_counter()
-            out = None
             for _ in range(n):
                 out = None  # the last call's outputs freed before the next is queued: at 2**31 elements two sets may not fit
                 out = call()
