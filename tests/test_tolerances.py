@@ -177,6 +177,43 @@ def test_compare_all_names_the_output_and_big_outputs_follow_the_same_rule():
     assert check(jnp.zeros(n), big)["norm_ratio"] == 200.0
 
 
+def causal_like(rows: int = 64, width: int = 16) -> np.ndarray:
+    """Rows of falling size, as causal attention's gradients: row i averages i + 1 terms."""
+    rng = np.random.default_rng(5)
+    return rng.standard_normal((rows, width)) / np.sqrt(np.arange(1, rows + 1))[:, None] ** 2
+
+
+@pytest.mark.parametrize("size", ["host", "device"])
+def test_rows_scale_follows_each_row_and_never_tightens(size):
+    ref = causal_like()
+    if size == "device":  # the same rule on the device, past the size compared on the host
+        ref = np.tile(ref, (compare.DEVICE_THRESHOLD // ref.size + 1, 1))
+    s = compare.scale(ref)
+    big_row = ref.copy()
+    big_row[0, 3] += 0.05 * np.sqrt(np.mean(ref[0] ** 2))  # 5% of its own row's RMS, far above 1% of s
+    by_output = compare.compare(big_row, ref, 0.01, 0.0)
+    by_rows = compare.compare(big_row, ref, 0.1, 0.0, rows=True)
+    assert not compare.compare(big_row, ref, 0.1, 0.0)["passed"] and by_rows["passed"], (by_output, by_rows)
+    # a small row keeps the output's scale: an error of 0.2 s there fails under either
+    small_row = ref.copy()
+    small_row[-1, 0] += 0.2 * s
+    for rows in (False, True):
+        v = compare.compare(small_row, ref, 0.1, 0.0, rows=rows)
+        assert not v["passed"] and v["message"].startswith("1 of ")
+        assert "worst at (%d, 0)" % (ref.shape[0] - 1) in v["message"]
+
+
+def test_rows_scale_comes_from_the_tolerance_table_and_its_grad():
+    tol = dt.tolerance(["bfloat16"], {"bfloat16": {"atol": 0.1, "rel_err": 0.02, "grad": {"scale": "rows"}}})
+    assert tol == {"atol": 0.1, "rtol": 1e-2, "rel_err": 0.02, "grad": {"scale": "rows"}}
+    ref = causal_like()
+    off = ref.copy()
+    off[0, 3] += 0.05 * np.sqrt(np.mean(ref[0] ** 2))
+    named = [("grad of q", off, ref, dt.for_gradients(tol))]
+    assert compare.compare_within(named, tol)["passed"]
+    assert not compare.compare_within([("output o", off, ref)], dt.for_outputs(tol))["passed"]
+
+
 # End to end: a library spec with one line of its body changed, under its own name (so its inputs are
 # the library kernel's on the same seed), in a tmp_path project with the specs its vjp names.
 
@@ -251,6 +288,6 @@ def test_a_gradient_bound_is_checked_as_the_others_are(kspec, write_spec):
     assert r.out.splitlines() == [
         "specs/tiny.yaml:19:29: error[E200]: tolerance.float32.grad.rel_err: 2 is greater than the maximum of 1",
         "specs/tiny.yaml:19:32: error[E201]: unknown key `slack` in tolerance.float32.grad",
-        "  = help: allowed keys: atol, rel_err, rtol",
+        "  = help: allowed keys: atol, rel_err, rtol, scale",
         "2 error(s) in 1 of 1 spec(s)",
     ]

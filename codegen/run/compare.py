@@ -30,15 +30,32 @@ def scale(ref) -> float:
     return max(rms, SCALE_FLOOR)
 
 
+def row_scales(ref) -> np.ndarray:
+    """Each element's scale under a tolerance's `scale: rows`: the larger of the RMS of the finite
+    values of its row (the last axis) and the output's scale. A row whose values are far above the
+    output's RMS (the first query rows of causal attention, which average a handful of keys) keeps
+    its errors in proportion to its own size; no row is held tighter than under the output's scale."""
+    r = _as_f64(ref)
+    whole = scale(r)
+    if r.ndim == 0:
+        return np.asarray(whole)
+    finite = np.isfinite(r)
+    count = np.maximum(np.sum(finite, axis=-1, keepdims=True), 1)
+    rms = np.sqrt(np.sum(np.where(finite, np.abs(r) ** 2, 0.0), axis=-1, keepdims=True) / count)
+    return np.maximum(rms, whole)
+
+
 def norm_bound(atol: float, rtol: float, rel_err: float | None = None) -> float:
     """The bound on an output's rel_err: the tolerance's `rel_err` (codegen/spec/dtypes.py); without
     one, the larger of atol and rtol (no more than the elements' own bounds imply)."""
     return max(atol, rtol) if rel_err is None else rel_err
 
 
-def compare(out, ref, atol: float, rtol: float, normwise: float | None = None, *, rel_err: float | None = None) -> dict:
+def compare(out, ref, atol: float, rtol: float, normwise: float | None = None, *, rel_err: float | None = None,
+            rows: bool = False) -> dict:
     """Metrics and a verdict. With s the output's scale (`scale`: the RMS of the reference's
-    finite values), an element passes when |out - ref| <= atol * s + rtol * |ref|, and the output
+    finite values; with `rows`, each element's `row_scales`), an element passes when
+    |out - ref| <= atol * s + rtol * |ref|, and the output
     passes when every element passes and its rel_err = ||out - ref|| / ||ref|| is at most `rel_err`
     (`norm_bound`: without it, max(atol, rtol)); a NaN or Inf where the reference is finite never
     passes. With `normwise` (the input kinds other than normal, whose data can be ill-conditioned)
@@ -51,14 +68,14 @@ def compare(out, ref, atol: float, rtol: float, normwise: float | None = None, *
     rel_err over its bound; an output with no NaN/Inf trouble passes when both are at most 1."""
     bound = norm_bound(atol, rtol, rel_err)
     if getattr(out, "size", 0) > DEVICE_THRESHOLD and getattr(out, "shape", None) == getattr(ref, "shape", None):
-        return _normwise(_compare_on_device(out, ref, atol, rtol, bound), normwise)
+        return _normwise(_compare_on_device(out, ref, atol, rtol, bound, rows), normwise)
     o, r = _as_f64(out), _as_f64(ref)
     if o.shape != r.shape:
         return {"passed": False, "message": f"shape {o.shape} differs from the reference's {r.shape}"}
     finite_ref = np.isfinite(r)
     finite_out = np.isfinite(o)
     both = finite_ref & finite_out
-    floor = atol * scale(r)
+    floor = atol * (row_scales(r) if rows else scale(r))
     with np.errstate(invalid="ignore"):  # inf - inf where neither is finite: not compared
         diff = np.where(both, np.abs(o - r), 0.0)
     within = np.where(both, diff <= floor + rtol * np.abs(r), False)
@@ -66,7 +83,7 @@ def compare(out, ref, atol: float, rtol: float, normwise: float | None = None, *
     same_nonfinite = ~finite_ref & ((np.isnan(o) & np.isnan(r)) | (o == r))
     within |= same_nonfinite
     bad_nonfinite = int(np.sum(finite_ref & ~finite_out))
-    denom = np.maximum(np.abs(r), floor if floor > 0 else np.finfo(np.float64).tiny)
+    denom = np.maximum(np.abs(r), np.where(floor > 0, floor, np.finfo(np.float64).tiny))
     rel = np.where(both, diff / denom, 0.0)
     ref_norm = float(np.linalg.norm(np.where(finite_ref, r, 0.0)))
     err_norm = float(np.linalg.norm(diff))
@@ -126,15 +143,16 @@ def _normwise(verdict: dict, bound: float | None) -> dict:
 
 
 def compare_all(named: list, atol: float, rtol: float, normwise: float | None = None, *,
-                rel_err: float | None = None) -> dict:
+                rel_err: float | None = None, rows: bool = False) -> dict:
     """compare() over (name, value, reference) triples, the verdict verify reports: the first
     failing one's, else the one with the largest rel_err; its message starts with the name.
     A verdict without metrics (shapes that differ) ends the comparison. An entry may carry a fourth
-    element, a tolerance table ({"atol", "rtol", "rel_err"}) of its own (a gradient's bounds)."""
+    element, a tolerance table ({"atol", "rtol", "rel_err", "scale"}) of its own (a gradient's bounds)."""
     worst: dict = {}
     for name, got, want, *own in named:
-        bounds = (own[0]["atol"], own[0]["rtol"], own[0].get("rel_err")) if own else (atol, rtol, rel_err)
-        verdict = compare(got, want, bounds[0], bounds[1], normwise, rel_err=bounds[2])
+        bounds = ((own[0]["atol"], own[0]["rtol"], own[0].get("rel_err"), own[0].get("scale") == "rows") if own
+                  else (atol, rtol, rel_err, rows))
+        verdict = compare(got, want, bounds[0], bounds[1], normwise, rel_err=bounds[2], rows=bounds[3])
         if "max_abs_err" not in verdict:
             return dict(verdict, message=f"{name}: {verdict['message']}")
         if not worst or not verdict["passed"] or verdict["rel_err"] > worst["rel_err"]:
@@ -145,11 +163,12 @@ def compare_all(named: list, atol: float, rtol: float, normwise: float | None = 
 
 
 def compare_within(named: list, tol: dict, normwise: float | None = None) -> dict:
-    """compare_all under a tolerance table ({"atol", "rtol", "rel_err"}, dtypes.tolerance's)."""
-    return compare_all(named, tol["atol"], tol["rtol"], normwise, rel_err=tol.get("rel_err"))
+    """compare_all under a tolerance table ({"atol", "rtol", "rel_err", "scale"}, dtypes.tolerance's)."""
+    return compare_all(named, tol["atol"], tol["rtol"], normwise, rel_err=tol.get("rel_err"),
+                       rows=tol.get("scale") == "rows")
 
 
-def _compare_on_device(out, ref, atol: float, rtol: float, bound: float) -> dict:
+def _compare_on_device(out, ref, atol: float, rtol: float, bound: float, rows: bool = False) -> dict:
     """compare() for big arrays, in float32 on the arrays' device: same rule, same metrics."""
     import jax
     import jax.numpy as jnp
@@ -164,6 +183,10 @@ def _compare_on_device(out, ref, atol: float, rtol: float, bound: float) -> dict
         ref_norm = jnp.linalg.norm(jnp.where(finite_ref, r, 0.0))
         rms = ref_norm / jnp.sqrt(jnp.maximum(jnp.sum(finite_ref, dtype=jnp.float32), 1.0))
         floor = atol * jnp.maximum(rms, SCALE_FLOOR)
+        if rows and r.ndim:  # each row's RMS over the last axis, where it is above the output's
+            count = jnp.maximum(jnp.sum(finite_ref, axis=-1, keepdims=True, dtype=jnp.float32), 1.0)
+            row = jnp.sqrt(jnp.sum(jnp.where(finite_ref, r * r, 0.0), axis=-1, keepdims=True) / count)
+            floor = jnp.maximum(floor, atol * row)
         diff = jnp.where(both, jnp.abs(o - r), 0.0)
         within = jnp.where(both, diff <= floor + rtol * jnp.abs(r), False)
         within |= ~finite_ref & ((jnp.isnan(o) & jnp.isnan(r)) | (o == r))
