@@ -69,7 +69,7 @@ def tuning(sig: Signature, tuned: dict, linked: tuple = ()) -> dict:
     return dict(
         sig.common(), table=table, defaults=defaults, constraint_params=constraint_params,
         constraints=constraints, slower=slower, reference_when_faster=sig.spec.reference_when_faster,
-        grad_speedup=grad_speedup, grad_trusted_low=tg.GRAD_TRUSTED_LOW, reference_gradient=sig.reference_gradient,
+        grad_speedup=grad_speedup, grad_trusted_low=tg.GRAD_TRUSTED_LOW, grad_clear=tg.GRAD_CLEAR, reference_gradient=sig.reference_gradient,
         dims_args=", ".join(sig.spec.dims),
     )
 

@@ -438,13 +438,18 @@ def stale(entries: list, sha: str, gradient_sha: str | None = None) -> list:
 # A gradient entry whose 95% interval reaches below this counts by the interval's low end: rounds
 # that noisy do not show the kernels ahead, and auto differentiates the reference there.
 GRAD_TRUSTED_LOW = 0.9
+# A gradient entry faster than the reference by less than this, whose interval reaches below 1, is a
+# tie: it counts by its low end too, and auto differentiates the reference there. Such a shape gains
+# at most a few percent from the kernels, and another run can find them as far behind.
+GRAD_CLEAR = 1.05
 
 
 def grad_figure(entry: dict) -> float:
-    """What a grad entry says of its shape: its speedup, or where the low end of its 95% interval is
-    below GRAD_TRUSTED_LOW, that low end."""
+    """What a grad entry says of its shape: its speedup, or its 95% interval's low end where that
+    is below GRAD_TRUSTED_LOW, or below 1 with a speedup under GRAD_CLEAR (a tie)."""
     low = (entry.get("speedup_ci95") or [entry["speedup"]])[0]
-    return low if low < GRAD_TRUSTED_LOW else entry["speedup"]
+    tie = low < 1.0 and entry["speedup"] < GRAD_CLEAR
+    return low if low < GRAD_TRUSTED_LOW or tie else entry["speedup"]
 
 
 def grad_speedups(entries: list, sha: str) -> dict:

@@ -231,6 +231,9 @@ def test_a_gradient_measured_in_rounds_too_noisy_counts_by_its_intervals_low_end
     assert tuning.grad_figure(grad("N8192", 1.162, [0.709, 5.286])) == 0.709
     assert tuning.grad_figure(grad("N8192", 1.05, [0.95, 1.10])) == 1.05
     assert tuning.grad_figure(grad("N8192", 1.05, [0.9, 1.10])) == 1.05  # the low end at 0.9x is trusted
+    # a tie: under 1.05x with an interval reaching below 1 counts by its low end
+    assert tuning.grad_figure(grad("N8192", 1.006, [0.960, 1.046])) == 0.960
+    assert tuning.grad_figure(grad("N8192", 1.03, [1.001, 1.06])) == 1.03
     assert tuning.grad_speedups([grad("N8192", 1.162, [0.709, 5.286])], "g") == {K: 0.709}
     assert tuning.grad_slower([grad("N8192", 1.162, [0.709, 5.286])], "g") == {K: 0.709}
     assert tuning.grad_speedups([grad("N8192", 1.05, [0.95, 1.10])], "g") == {K: 1.05}
