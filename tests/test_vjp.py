@@ -523,3 +523,27 @@ def test_an_optional_backward_input_may_be_left_unbound(tmp_path):
     forward.write_text(forward.read_text().replace("o: o, do: grad(o), lse: lse}", "o: o, do: grad(o)}", 1))
     r = invoke_kspec("check", "specs/flash_attention.yaml", cwd=tmp_path)
     assert r.rc == 2 and "error[E422]: flash_attention_dq.yaml: input `lse` of flash_attention_dq is not bound" in r.out, r.out
+
+
+def test_flash_attention_reference_differentiates_by_recomputed_blocks_past_s_4096():
+    """Past S = 4096 the reference attends in blocks of queries under jax.checkpoint (at S 32768 the
+    whole score matrix fits in no GPU): its outputs and gradients are the one-block formula's."""
+    from generated.flash_attention.reference import flash_attention_reference as reference
+
+    B, S, H, D = 1, 4608, 1, 16  # blocks of gcd(4608, 1024) = 512 queries
+    q, k, v, do = (jax.random.normal(key, (B, S, H, D), jnp.float32) for key in jax.random.split(jax.random.key(3), 4))
+
+    def whole(q, k, v):
+        s = jnp.einsum("bqhd,bkhd->bhqk", q, k) / np.sqrt(D)
+        s = jnp.where(jnp.tril(jnp.ones((S, S), bool)), s, -jnp.inf)
+        return jnp.einsum("bhqk,bkhd->bqhd", jax.nn.softmax(s, axis=-1), v)
+
+    with jax.default_matmul_precision("highest"):
+        out, pullback = jax.vjp(lambda *a: reference(*a, causal=True), q, k, v)
+        want, want_pullback = jax.vjp(whole, q, k, v)
+        grads, want_grads = pullback(do), want_pullback(do)
+        jaxpr = str(jax.make_jaxpr(jax.grad(lambda q: reference(q, k, v, causal=True).sum()))(q))
+    assert "checkpoint" in jaxpr or "remat" in jaxpr
+    np.testing.assert_allclose(out, want, rtol=1e-4, atol=1e-5)
+    for g, w in zip(grads, want_grads):
+        np.testing.assert_allclose(g, w, rtol=1e-3, atol=1e-4)
