@@ -150,8 +150,7 @@ def compare_all(named: list, atol: float, rtol: float, normwise: float | None = 
     element, a tolerance table ({"atol", "rtol", "rel_err", "scale"}) of its own (a gradient's bounds)."""
     worst: dict = {}
     for name, got, want, *own in named:
-        bounds = ((own[0]["atol"], own[0]["rtol"], own[0].get("rel_err"), own[0].get("scale") == "rows") if own
-                  else (atol, rtol, rel_err, rows))
+        bounds = _bounds(own[0]) if own else (atol, rtol, rel_err, rows)
         verdict = compare(got, want, bounds[0], bounds[1], normwise, rel_err=bounds[2], rows=bounds[3])
         if "max_abs_err" not in verdict:
             return dict(verdict, message=f"{name}: {verdict['message']}")
@@ -164,8 +163,13 @@ def compare_all(named: list, atol: float, rtol: float, normwise: float | None = 
 
 def compare_within(named: list, tol: dict, normwise: float | None = None) -> dict:
     """compare_all under a tolerance table ({"atol", "rtol", "rel_err", "scale"}, dtypes.tolerance's)."""
-    return compare_all(named, tol["atol"], tol["rtol"], normwise, rel_err=tol.get("rel_err"),
-                       rows=tol.get("scale") == "rows")
+    atol, rtol, rel_err, rows = _bounds(tol)
+    return compare_all(named, atol, rtol, normwise, rel_err=rel_err, rows=rows)
+
+
+def _bounds(tol: dict) -> tuple:
+    """(atol, rtol, rel_err, rows) of a tolerance table; rows: its `scale` is "rows"."""
+    return tol["atol"], tol["rtol"], tol.get("rel_err"), tol.get("scale") == "rows"
 
 
 def _compare_on_device(out, ref, atol: float, rtol: float, bound: float, rows: bool = False) -> dict:
