@@ -201,6 +201,7 @@ SPECS = {
         f"  {n}: {{shape: [N], dtype: [float32, bfloat16, float16, int32, int16, int8, uint8]}}\n" for n in "xyz"))),
     "E508": mutate(V, (GRID, 'grid: ["N * 33554432"]')),
     "E510": V + "families:\n  f:\n    dims: {N: {from: 1, to: 600, step: 1}}\n",
+    "E511": mutate(V, (BODY, BODY + " + x_ref[8]")),
     "E509": mutate(V, ("  return x * 2\ncases:\n  - {name: c, N: 64}",
                        ("  return x * 2\ncompetitors:\n  xla: {body: return x + x}\n"
                         "cases:\n  - {name: c, N: 64, min_speedup_over: {xl: 1.1}}"))),
@@ -313,6 +314,7 @@ EXPECTED = {
     "E506": ['specs/bad.yaml:9:3: error[E506]: case `c`: o has shape (0,)', '  = help: every dim must be at least 1'],
     "E507": ['specs/bad.yaml:21:5: error[E507]: case `c` runs 343 dtype combinations; at most 256 allowed', "  = help: pin some inputs' dtypes in the case, e.g. `dtype: {x: float32}`, or give them fewer choices: x (7), y (7), z (7)"],
     "E508": ['specs/bad.yaml:10:8: error[E508]: case `c`: grid axis 0 has size 2147483648, more than int32 holds (2147483647)', '  = help: Pallas program ids are int32: use bigger blocks or split the axis into several'],
+    "E511": ['specs/bad.yaml:15:39: error[E511]: case `c`: `x_ref[8]` takes index 8 of an axis of 8 (valid 0..7)', '  = help: axis 0 of the ref has 8 elements in this case'],
     "E510": ['specs/bad.yaml:22:11: error[E510]: family `f` has 600 shapes; at most 512 allowed', '  = help: use fewer values, or split it into several families'],
     "E509": ['specs/bad.yaml:21:41: error[E509]: case `c`: min_speedup_over names `xl`, which is not a competitor (competitors: xla)', '  = help: did you mean `xla`?'],
     "E600": ['specs/bad.yaml:15:28: error[E600]: body: invalid syntax'],

@@ -102,6 +102,7 @@ def _per_case(spec: KernelSpec, cases: tuple, budget: list | None) -> list:
     """The per-case checks (E5xx) and backend hardware rules (E7xx) of `cases` on every backend
     that takes them."""
     from kspec.codegen.backends import rules
+    from kspec.codegen.checks import static_index
 
     diags = []
     for case in cases:
@@ -115,6 +116,8 @@ def _per_case(spec: KernelSpec, cases: tuple, budget: list | None) -> list:
             inst, found = instantiate(spec.kernel_view, variant, case, first, budget=budget)
             diags += found
             if inst is not None:
+                # E511 once per place: the first case that shows it
+                diags += [d for d in static_index.check(inst) if d.loc not in {x.loc for x in diags if x.code == "E511"}]
                 diags += rules.check(inst)
                 for dtypes in supported:
                     diags += rules.check(dataclasses.replace(inst, dtypes=dtypes))

@@ -92,6 +92,7 @@ CODES: dict[str, str] = {
     "E508": "grid axis size does not fit in int32",
     "E509": "min_speedup_over names no competitor",
     "E510": "a family of shapes cannot be expanded",
+    "E511": "constant index past a ref's axis",
     "E600": "Python syntax error",
     "E601": "import not allowed in generated code",
     "E602": "unknown name in code",
