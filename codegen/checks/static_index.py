@@ -48,8 +48,8 @@ def check(inst) -> list:
 
     def indexed(node: ast.Subscript, shape: tuple):
         items = list(node.slice.elts) if isinstance(node.slice, ast.Tuple) else [node.slice]
-        if any(isinstance(i, ast.Starred) for i in items):
-            return None
+        if any(isinstance(i, ast.Starred) or (isinstance(i, ast.Constant) and i.value is None) for i in items):
+            return None  # unpacked indices, or a new axis: the axes are not known from here
         dots = [k for k, i in enumerate(items) if isinstance(i, ast.Constant) and i.value is Ellipsis]
         if len(dots) > 1 or len(items) - len(dots) > len(shape):
             return None

@@ -29,6 +29,7 @@ def test_a_constant_index_past_the_block_is_found_where_it_is_written():
     "o_ref[...] = x_ref[...] * 2 + x_ref[-8]",  # from the end
     "o_ref[...] = x_ref[...] * 2 + x_ref[pl.ds(0, 8)][12]",  # a slice of unknown size: not judged
     "x_ref = o_ref\n  o_ref[...] = x_ref[12] * 2",  # a name the body binds is not the ref
+    "o_ref[...] = x_ref[...] * 2 + x_ref[None, 7][0, 9]",  # past a new axis: not judged
 ])
 def test_indices_within_the_axis_or_of_unknown_reach_pass(body):
     assert e511(body) == []
