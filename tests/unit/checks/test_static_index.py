@@ -53,3 +53,16 @@ def test_the_axis_size_is_the_cases():
                              ("{name: c, N: 64}", "{name: c, N: 64}\n  - {name: d, N: 64, params: {bs: 16}}")))
     found = {n: [d.message for d in static_index.check(instance(spec, case=k)[0])] for k, n in enumerate("cd")}
     assert found == {"c": ["case `c`: `x_ref[8]` takes index 8 of an axis of 8 (valid 0..7)"], "d": []}
+
+
+def test_a_mesh_kernels_refs_are_its_whole_operands():
+    """In a mesh kernel the body indexes whole arrays: a [1, N] bias row has one row, whatever the mesh."""
+    from test_diagnostics import MESH
+
+    spec = build_spec(mutate(MESH, ("  x: {shape: [N], dtype: float32}\n",
+                                    "  x: {shape: [N], dtype: float32}\n  b: {shape: [1, N], dtype: x}\n"),
+                             ("x_ref.at[half], o_ref.at[half])", "x_ref.at[half], o_ref.at[half])\n  b_ref.at[1].at[half]")))
+    inst, diags = instance(spec, "mosaic_gpu")
+    assert inst is not None, diags
+    assert [d.message for d in static_index.check(inst)] == [
+        "case `c`: `b_ref.at[1]` takes index 1 of an axis of 1 (valid 0..0)"]
