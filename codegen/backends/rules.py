@@ -487,8 +487,34 @@ def _whole_load(node):
 # -- Mosaic GPU -----------------------------------------------------------------------
 
 
+def _stores_in_flight(inst) -> list:
+    """E725 where a Mosaic GPU body ends by letting TMA stores from shared memory stay pending: its last statement
+    (or the last of a function it defines last, a `pl.when` or `pl.run_scoped` block, and so on inward) is
+    `plgpu.wait_smem_to_gmem(n)` with a constant n > 0. A CTA that exits with a bulk copy still reading its shared
+    memory hands that memory to the next CTA mid-copy; the wait at the end must be for all of them (0)."""
+    code = inst.variant.body
+    try:
+        tree = ast.parse(code.source)
+    except (SyntaxError, RecursionError, MemoryError, ValueError):
+        return []  # E600 reports it
+    last = tree.body[-1] if tree.body else None
+    while isinstance(last, (ast.FunctionDef, ast.AsyncFunctionDef)) and last.body:
+        last = last.body[-1]
+    call = last.value if isinstance(last, ast.Expr) else None
+    if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute) and call.func.attr == "wait_smem_to_gmem"
+            and call.args and isinstance(call.args[0], ast.Constant) and type(call.args[0].value) is int
+            and call.args[0].value > 0):
+        return []
+    n = call.args[0].value
+    return [Diagnostic("E725", f"mosaic_gpu: the body ends with `{ast.get_source_segment(code.source, call) or 'wait_smem_to_gmem'}`: "
+                       f"up to {n} TMA store{'s' if n != 1 else ''} from shared memory may still be in flight when the kernel exits",
+                       code.loc_of(call.args[0].lineno, call.args[0].col_offset),
+                       "wait for every store before the end: plgpu.wait_smem_to_gmem(0)")]
+
+
 def _mosaic_gpu(inst) -> list:
     out = _semantics_length(inst, "dimension_semantics", len(inst.grid), "grid axis", "grid axes")
+    out += _stores_in_flight(inst)
     params = inst.variant.compiler_params
     depth = compiler_param(inst, "max_concurrent_steps", 1)
     blocked = [o.name for o in inst.spec.operands]
@@ -557,7 +583,7 @@ def _pipe_bytes(inst, pipe) -> int:
 
 
 def _mesh_gpu(inst) -> list:
-    out = []
+    out = _stores_in_flight(inst)
     v, at = inst.variant, where(inst)
     threads = v.mesh_axes(MeshRole.THREADS)
     wgs = inst.mesh[threads[0].name] if threads else 1

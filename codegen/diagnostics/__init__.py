@@ -108,6 +108,7 @@ CODES: dict[str, str] = {
     "E722": "Mosaic GPU block dim above the TMA limit of 256",
     "E723": "Mosaic GPU warpgroups per CTA out of range",
     "E724": "Mosaic GPU cluster does not divide the grid",
+    "E725": "Mosaic GPU body ends with TMA stores in flight",
     "E800": "unknown or non-manual mesh axis",
     "E801": "mesh axis used twice in one partition spec",
     "E802": "partition spec or reduction does not fit its operand",
