@@ -487,12 +487,15 @@ def _whole_load(node):
 # -- Mosaic GPU -----------------------------------------------------------------------
 
 
-def _stores_in_flight(inst) -> list:
-    """E725 where a Mosaic GPU body ends by letting TMA stores from shared memory stay pending: its last statement
+def stores_in_flight(v) -> list:
+    """E725 where a variant's Mosaic GPU body ends by letting TMA stores from shared memory stay pending: its last statement
     (or the last of a function it defines last, a `pl.when` or `pl.run_scoped` block, and so on inward) is
     `plgpu.wait_smem_to_gmem(n)` with a constant n > 0. A CTA that exits with a bulk copy still reading its shared
-    memory hands that memory to the next CTA mid-copy; the wait at the end must be for all of them (0)."""
-    code = inst.variant.body
+    memory hands that memory to the next CTA mid-copy; the wait at the end must be for all of them (0). A property
+    of the body alone: checked once per variant, not per case."""
+    if v.backend != "mosaic_gpu":
+        return []
+    code = v.body
     try:
         tree = ast.parse(code.source)
     except (SyntaxError, RecursionError, MemoryError, ValueError):
@@ -514,7 +517,6 @@ def _stores_in_flight(inst) -> list:
 
 def _mosaic_gpu(inst) -> list:
     out = _semantics_length(inst, "dimension_semantics", len(inst.grid), "grid axis", "grid axes")
-    out += _stores_in_flight(inst)
     params = inst.variant.compiler_params
     depth = compiler_param(inst, "max_concurrent_steps", 1)
     blocked = [o.name for o in inst.spec.operands]
@@ -583,7 +585,7 @@ def _pipe_bytes(inst, pipe) -> int:
 
 
 def _mesh_gpu(inst) -> list:
-    out = _stores_in_flight(inst)
+    out = []
     v, at = inst.variant, where(inst)
     threads = v.mesh_axes(MeshRole.THREADS)
     wgs = inst.mesh[threads[0].name] if threads else 1

@@ -64,11 +64,14 @@ ALLOWED_IMPORT_ROOTS = frozenset({"jax", "numpy"}) | frozenset(sys.stdlib_module
 
 
 def check(spec: KernelSpec) -> list[Diagnostic]:
+    from kspec.codegen.backends import rules
+
     kernel = spec.kernel_view  # blocks, bodies and the hardware rules see the kernel's own operands
     diags = _names(spec) + _dtypes(spec) + _dtype_maps(spec) + _code(spec) + _wrapper.check(spec)
     diags += _prefetch(kernel) + _inits(spec) + _aliases(kernel) + _residuals(spec)
     for variant in spec.variants.values():
         diags += _structure(kernel, variant) + _backend_surface(kernel, variant) + _tune_space(variant)
+        diags += rules.stores_in_flight(variant)
         diags += _mesh.structure(kernel, variant, _unknown)
     if spec.cost is not None:
         scope = set(spec.dims) | {p.name for v in spec.variants.values() for p in v.params}
@@ -104,7 +107,7 @@ def _per_case(spec: KernelSpec, cases: tuple, budget: list | None) -> list:
     from kspec.codegen.backends import rules
     from kspec.codegen.checks import static_index
 
-    diags = []
+    diags, e511_at = [], set()
     for case in cases:
         for variant in spec.variants.values():
             # dtypes change no shape or index map: instantiate (and walk the grid) once per
@@ -116,8 +119,10 @@ def _per_case(spec: KernelSpec, cases: tuple, budget: list | None) -> list:
             inst, found = instantiate(spec.kernel_view, variant, case, first, budget=budget)
             diags += found
             if inst is not None:
-                # E511 once per place: the first case that shows it
-                diags += [d for d in static_index.check(inst) if d.loc not in {x.loc for x in diags if x.code == "E511"}]
+                for d in static_index.check(inst):  # E511 once per place: the first case that shows it
+                    if d.loc not in e511_at:
+                        e511_at.add(d.loc)
+                        diags.append(d)
                 diags += rules.check(inst)
                 for dtypes in supported:
                     diags += rules.check(dataclasses.replace(inst, dtypes=dtypes))

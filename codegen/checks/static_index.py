@@ -39,10 +39,8 @@ def check(inst) -> list:
         """The shape of a ref expression (None for a dim of unknown size), or None where it is no ref."""
         if isinstance(node, ast.Name):
             return shapes.get(node.id)
-        if isinstance(node, ast.Attribute) and node.attr == "at":
-            return shape_of(node.value)
         if isinstance(node, ast.Subscript):
-            shape = shape_of(node.value)
+            shape = shape_of(_chained(node))
             return None if shape is None else indexed(node, shape)
         return None
 
@@ -76,16 +74,19 @@ def check(inst) -> list:
             kept += shape[len(items):]  # the axes the subscript leaves out
         return tuple(kept)
 
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Subscript):
+    subscripts = [n for n in ast.walk(tree) if isinstance(n, ast.Subscript)]
+    # a chain (`b_ref.at[0].at[cols]`) is walked once, from its outermost subscript
+    inner = {id(_chained(n)) for n in subscripts}
+    for node in subscripts:
+        if id(node) not in inner:
             shape_of(node)
-    # a chain is walked again from each of its subscripts: report each place once
-    seen, unique = set(), []
-    for d in out:
-        if (d.loc.line, d.loc.col) not in seen:
-            seen.add((d.loc.line, d.loc.col))
-            unique.append(d)
-    return unique
+    return out
+
+
+def _chained(node: ast.Subscript) -> ast.AST:
+    """What a subscript indexes, through `.at`: the next link of a chain."""
+    value = node.value
+    return value.value if isinstance(value, ast.Attribute) and value.attr == "at" else value
 
 
 def _int(node: ast.AST):
