@@ -175,13 +175,33 @@ def test_flash_attention_writes_the_log_sum_exp(causal):
     from generated.flash_attention import interpret
 
     q, k, v, _ = _attention_inputs(1)
-    o, lse = interpret.flash_attention(q, k, v, causal=causal, residuals=True)
+    o, lse, o_err = interpret.flash_attention(q, k, v, causal=causal, residuals=True)
     s = jnp.einsum("bqhd,bkhd->bhqk", q, k, precision="highest") / math.sqrt(q.shape[-1])
     if causal:
         s = jnp.where(jnp.tril(jnp.ones(s.shape[-2:], bool)), s, -jnp.inf)
     assert lse.shape == (1, 2, 128) and lse.dtype == jnp.float32
     np.testing.assert_allclose(np.asarray(lse), np.asarray(jax.nn.logsumexp(s, axis=-1)), rtol=1e-5, atol=1e-5)
     np.testing.assert_array_equal(np.asarray(o), np.asarray(interpret.flash_attention(q, k, v, causal=causal)))
+    # float32 inputs: o is the float32 output, and its rounding error is 0.
+    assert o_err.shape == o.shape and o_err.dtype == jnp.float32 and not np.asarray(o_err).any()
+
+
+def test_flash_attention_saves_the_rounding_error_of_a_bfloat16_output():
+    """With bfloat16 inputs the forward pass saves o's rounding error, o_err = (float32 output) - o, for the
+    backward kernels' delta = rowsum(do * o): each element is at most half a bfloat16 step of o, so o + o_err
+    rounds back to o (or, where o_err's own rounding made it exactly half a step, lies on the tie), and it is
+    not zero (the float32 output is not a bfloat16 number)."""
+    from generated.flash_attention import interpret
+
+    q, k, v, _ = _attention_inputs(5, dtype=jnp.bfloat16)
+    o, _, o_err = interpret.flash_attention(q, k, v, residuals=True)
+    o32, err = np.asarray(o, np.float32), np.asarray(o_err, np.float32)
+    assert o_err.shape == o.shape and o_err.dtype == jnp.bfloat16
+    half_step = 2.0 ** (np.floor(np.log2(np.abs(o32))) - 8)  # bfloat16 keeps 8 significant bits
+    assert (np.abs(err) <= half_step).all()
+    back = np.asarray(jnp.asarray(o32 + err).astype(jnp.bfloat16)) == np.asarray(o)
+    assert (back | (np.abs(err) == half_step)).all() and back.mean() > 0.99
+    assert np.count_nonzero(err) > 0.9 * err.size
 
 
 @pytest.mark.parametrize("causal", [False, True])
@@ -245,7 +265,7 @@ def test_a_query_without_keys_of_its_segment_gets_zero():
     q, k, v, w = _grouped(4, 128, H=2, Hkv=1)
     kv_ids = jnp.zeros((1, 128), jnp.int32)
     q_ids = kv_ids.at[:, 10:20].set(5)
-    o, lse = interpret.flash_attention(q, k, v, q_segment_ids=q_ids, kv_segment_ids=kv_ids, residuals=True)
+    o, lse, _ = interpret.flash_attention(q, k, v, q_segment_ids=q_ids, kv_segment_ids=kv_ids, residuals=True)
     assert not np.asarray(o[:, 10:20]).any() and not np.asarray(lse[:, :, 10:20]).any()
     assert np.asarray(o[:, :10]).all() and np.isfinite(np.asarray(lse)).all()
 

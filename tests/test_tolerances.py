@@ -273,7 +273,8 @@ def test_verify_fails_flash_attention_with_scores_rounded_to_bfloat16(tmp_path):
     assert rows[0]["message"] == ("output o: rel_err 0.00427 is above 0.00245; worst at (0, 42, 0, 2): got 0.376953, "
                                   "expected 0.380037")
     assert rows[0]["frac_within_tol"] == 1.0
-    assert rows[0]["tolerance"] == {"atol": 0.02, "rtol": 0.01, "rel_err": 0.00245, "grad": {"rel_err": 0.0033}}
+    assert rows[0]["tolerance"] == {"atol": 0.02, "rtol": 0.01, "rel_err": 0.00245, "scale": "rows",
+                                    "grad": {"rel_err": 0.0033}}
 
 
 def test_a_gradient_bound_is_checked_as_the_others_are(kspec, write_spec):

@@ -516,11 +516,12 @@ def test_an_optional_backward_input_may_be_left_unbound(tmp_path):
     text = forward.read_text()
     assert text.count(", q_segment_ids: q_segment_ids, kv_segment_ids: kv_segment_ids}") == 2
     forward.write_text(text.replace(", q_segment_ids: q_segment_ids, kv_segment_ids: kv_segment_ids}", "}")
-                       .replace("residuals: [q, k, v, o, lse, q_segment_ids, kv_segment_ids]", "residuals: [q, k, v, o, lse]"))
+                       .replace("residuals: [q, k, v, o, lse, o_err, q_segment_ids, kv_segment_ids]",
+                                "residuals: [q, k, v, o, lse, o_err]"))
     assert invoke_kspec("generate", cwd=tmp_path).rc == 0
     vjp = (tmp_path / "generated" / "flash_attention" / "_vjp.py").read_text()
-    assert "_grad_q = _flash_attention_dq(q, k, v, o, _grad_o, lse, None, None)" in vjp
-    forward.write_text(forward.read_text().replace("o: o, do: grad(o), lse: lse}", "o: o, do: grad(o)}", 1))
+    assert "_grad_q = _flash_attention_dq(q, k, v, o, _grad_o, lse, o_err, None, None)" in vjp
+    forward.write_text(forward.read_text().replace("o: o, do: grad(o), lse: lse, o_err: o_err}", "o: o, do: grad(o), o_err: o_err}", 1))
     r = invoke_kspec("check", "specs/flash_attention.yaml", cwd=tmp_path)
     assert r.rc == 2 and "error[E422]: flash_attention_dq.yaml: input `lse` of flash_attention_dq is not bound" in r.out, r.out
 
