@@ -32,7 +32,7 @@ def test_bench_row_times_kernel_reference_and_copy_in_one_run(tmp_path):
     # Every result row's fields, then the figures docs/bench.md documents, in the order the reports write them
     assert tuple(row) == (*ROW_FIELDS, "ms", "ms_p10", "ms_p90", "ref_ms", "ref_ms_p10", "ref_ms_p90", "speedup",
                           "speedup_ci95", "speedup_of_medians", "compile_s", "ref_compile_s", "samples",
-                          "input_copies", "flops", "transcendentals", "bytes", "input_bytes", "tflops", "ref_tflops", "gbs", "ref_gbs",
+                          "input_copies", "calls_per_executable", "flops", "transcendentals", "bytes", "input_bytes", "tflops", "ref_tflops", "gbs", "ref_gbs",
                           "grad", "device", "roofline_pct", "ref_roofline_pct", "bound", "copy_ms", "copy_gbs",
                           "copy_pct", "ref_copy_pct", "params", "competitors", "samples_ms")
     assert row["bytes"] == 3 * 64 * 256 * 4
@@ -242,3 +242,24 @@ def test_grad_bench_times_the_backward_pass_against_xla_autodiff(tmp_path):
     assert "- timed: the forward and backward pass, jax.vjp through the spec's `vjp:` kernels" in text
     assert "skipped 2 interpret task(s): no `vjp:`: the spec declares no backward pass to time" in out
     assert "1 passed, 0 failed, 0 errors, 2 skipped" in out
+
+
+def test_short_calls_are_timed_several_to_an_executable_and_still_checked(monkeypatch):
+    """With every call counted as short (timing.SHORT_S raised), the kernel, the reference and the copy
+    are each timed 8 calls to an executable, one per input set: the row records it and passes as before.
+    In this process (the worker's run_task), so that the raised constant holds."""
+    from kspec.codegen.run import timing, worker
+    from kspec.codegen.run.tasks import BenchTask
+
+    monkeypatch.setattr(timing, "SHORT_S", 1e3)
+    task = BenchTask(spec_path=str(ROOT / "specs" / "add.yaml"), kernel="add", backend="interpret", case="ragged",
+                     case_index=1, dtypes=(("x", "float32"), ("y", "float32"), ("o", "float32")), dtype_label="float32", seed=3,
+                     out_root=str(ROOT / "generated"), samples=3)
+    row = worker.run_task(task)
+    assert row.status == "pass", row.message
+    figures = row.extra
+    assert figures["input_copies"] == 8 and figures["calls_per_executable"] == 8
+    raw = figures["samples_ms"]
+    assert sorted(raw) == ["copy", "kernel", "reference"]
+    assert all(len(v) == 3 and min(v) > 0 for v in raw.values())
+    assert figures["ms"] == pytest.approx(statistics.median(raw["kernel"]))

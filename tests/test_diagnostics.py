@@ -175,6 +175,7 @@ SPECS = {
     "E440": mutate(V, *WRAPPED, ("epilogue: |\n  return h * 2\n", "")),
     "E441": mutate(V, *WRAPPED, ("return h * 2", "return h * 2, h")),
     "E442": mutate(V, ("  x: {shape: [N], dtype: float32}\n", "  x: {shape: [N], dtype: float32}\n  y: {shape: [N], dtype: x, optional: true}\n")),
+    "E443": mutate(V, *WRAPPED, ("h: {shape: [N], dtype: x}", "h: {shape: [N], dtype: x, residual: true}")),
     "E450": mutate(V, (X_INPUT, X_INPUT + "  a: {shape: [N], dtype: int32, init: {kind: index, bound: b}}\n"
                                           "  b: {shape: [N], dtype: int32, init: {kind: index, low: a, bound: N}}\n")),
     "E451": mutate(V, (X_INPUT, X_INPUT + "  y: {shape: [N, N], dtype: float32, init: {same_as: x}}\n")),
@@ -292,6 +293,9 @@ EXPECTED = {
     "E442": ['specs/bad.yaml:8:3: error[E442]: optional input `y` needs a prologue and kernel.inputs: the kernel '
              'never takes None, the prologue makes its inputs either way',
              '  = help: add a prologue that handles None, e.g. zeros in its place'],
+    "E443": ['specs/bad.yaml:18:41: error[E443]: kernel output `h` is `residual: true` but no output of tiny is: no call '
+             'would ask for it, so it would never be written',
+             '  = help: mark the output it becomes `residual: true` (saved for the backward pass), or drop `residual: true` here'],
     "E420": ['specs/bad.yaml:22:13: error[E420]: backward spec `missing.yaml` cannot be read: No such file or directory', '  = help: name a spec file in the same folder as this one'],
     "E421": ['specs/bad.yaml:21:15: error[E421]: vjp.residuals: `z` is not an input or output of tiny'],
     "E422": ['specs/bad.yaml:23:31: error[E422]: dx.yaml: inputs: `h` is not an input of dx'],

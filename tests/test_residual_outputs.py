@@ -73,7 +73,7 @@ backends: {{interpret: null, mosaic_tpu: null}}
 
 
 def _project(tmp_path: Path, specs: dict) -> Path:
-    (tmp_path / "specs").mkdir()
+    (tmp_path / "specs").mkdir(parents=True)
     for name, text in specs.items():
         (tmp_path / "specs" / f"{name}.yaml").write_text(text)
     return tmp_path
@@ -148,6 +148,49 @@ def test_the_functions_return_the_other_outputs_and_differentiate(tmp_path):
     backend = (proj / "generated" / "sq" / "interpret.py").read_text()
     assert "def sq(x, *, bm=16, residuals=False):" in backend
     assert "    return out if residuals else out[0]\n" in backend
+
+
+def test_a_call_without_residuals_leaves_them_out_of_the_kernel(tmp_path):
+    """residuals=False: the pallas_call has the returned outputs only, and the body's ref for a residual
+    output drops its stores; a body that loads from it gets a TypeError naming it."""
+    proj = _project(tmp_path / "sq", {"sq": SQ, "sq_dx": SQ_DX})
+    reads = mutate(SQ, ("  t_ref[...] = 2 * x", "  t_ref[...] = 2 * x\n  t_ref[...] += 0 * x"))
+    reading = _project(tmp_path / "reads", {"sq": reads, "sq_dx": SQ_DX})
+    assert invoke_kspec("generate", cwd=proj).rc == 0 and invoke_kspec("generate", cwd=reading).rc == 0
+    source = """
+        import jax, jax.numpy as jnp
+        from generated.sq import interpret
+        x = jnp.ones((16, 128), jnp.float32)
+
+        def results(jaxpr):  # the pallas_call's, inside the jit
+            for e in jaxpr.eqns:
+                if e.primitive.name == "pallas_call":
+                    return len(e.outvars)
+                if "jaxpr" in e.params:
+                    return results(e.params["jaxpr"].jaxpr)
+
+        try:
+            print(*(results(jax.make_jaxpr(lambda x: interpret.sq(x, residuals=r))(x).jaxpr) for r in (False, True)),
+                  float(jnp.abs(interpret.sq(x, residuals=True)[1] - 2).max()), float(jnp.abs(interpret.sq(x) - 1).max()))
+        except TypeError as e:
+            print(e)
+    """
+    assert _python(proj, source).splitlines() == ["1 2 0.0 0.0"]
+    assert _python(reading, source).splitlines() == ["sq: the body reads t, a residual output, written only with residuals=True"]
+
+
+@pytest.mark.parametrize("residuals", [False, True])
+def test_flash_attention_writes_its_residuals_only_when_asked(residuals):
+    """Lowered for an NVIDIA GPU (no GPU needed): the Triton kernel of a call that returns o alone has one
+    result; the vjp's forward pass (residuals=True) also writes lse and o_err."""
+    from generated.flash_attention import triton
+
+    x = jax.ShapeDtypeStruct((2, 512, 8, 128), jnp.bfloat16)
+    call = functools.partial(triton.flash_attention, causal=True, bq=128, bk=64, warps=4, stages=2, residuals=residuals)
+    text = jax.jit(call).trace(x, x, x).lower(lowering_platforms=("cuda",)).as_text()
+    kernels = [line for line in text.splitlines() if "stablehlo.custom_call @__gpu$xla.gpu.triton" in line]
+    assert len(kernels) == 1
+    assert kernels[0].lstrip().startswith("%1:3 = " if residuals else "%1 = ")
 
 
 def test_verify_compares_the_returned_outputs_and_the_gradient(tmp_path):

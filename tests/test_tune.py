@@ -173,6 +173,7 @@ def test_sustained_tuning_times_each_config_against_the_reference(tmp_path):
         if e["status"] == "pass":
             lo, hi = e["speedup_ci95"]
             assert lo <= e["speedup"] <= hi and e["ms"] > 0 and e["ref_ms"] > 0
+            assert e["calls_per_executable"] in (1, 8)  # 8 where the config's or the reference's call is short
         else:  # wrong=1: rejected by the check, never timed
             assert e["params"]["wrong"] == 1 and "speedup" not in e
     assert any(e["status"] == "pass" for e in tried)
@@ -284,3 +285,23 @@ def test_tune_case_searches_records_and_chooses_without_the_cli(tmp_path):
                         rf"-> {re.escape(str(store.path))}", said[-1])
     again = Store(tmp_path, spec.name, "cpu")
     assert tune_case(job, again, again.done(), run, said.append) is False and len(batches) == 1
+
+
+def test_short_calls_are_tuned_several_to_an_executable(monkeypatch):
+    """With every call counted as short (timing.SHORT_S raised), each config is timed 8 calls to an
+    executable, one per input set, alone and sustained (the reference with it), and its row says so."""
+    from kspec.codegen.run import timing, worker
+    from kspec.codegen.run.tasks import TuneTask
+
+    monkeypatch.setattr(timing, "SHORT_S", 1e3)
+    monkeypatch.setattr("kspec.codegen.run.bench.SUSTAIN_S", 0.1)
+    spec_path = ROOT / "specs" / "add.yaml"
+    for sustained in (False, True):
+        task = TuneTask(spec_path=str(spec_path), kernel="add", backend="interpret", case="ragged", case_index=1,
+                        dtypes=(("x", "float32"), ("y", "float32"), ("o", "float32")), dtype_label="float32", seed=7,
+                        out_root=str(ROOT / "generated"), samples=3, sustained=sustained,
+                        configs=((("bm", 8), ("bn", 128)), (("bm", 16), ("bn", 256))))
+        rows = list(worker.tune_task(task))
+        assert [r.status for r in rows] == ["pass", "pass"], [r.message for r in rows]
+        assert all(r.extra["calls_per_executable"] == 8 and r.extra["ms"] > 0 for r in rows)
+        assert all((r.extra.get("speedup") is not None) == sustained for r in rows)

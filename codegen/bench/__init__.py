@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from kspec.codegen import project as pipeline
 from kspec.codegen.backends import BACKENDS
+from kspec.codegen.run import timing
 from kspec.codegen.run.tasks import BenchTask, CeilingsTask, result
 from kspec.codegen.verify import _dtype_reason, _skip_reason, matrix
 
@@ -114,7 +115,11 @@ def markdown(rows: list, *, meta: dict) -> str:
         ("Each figure is the median per-call time over the samples (10th-90th percentile in brackets), "
         "the kernel and its XLA reference sampled in alternation in one process after a warm-up and a "
         "correctness check against the reference, inputs rotated across up to 8 copies (together larger "
-        "than L2 where memory allows; `input_copies` in the JSON). Each round samples every function "
+        "than L2 where memory allows; `input_copies` in the JSON). Where one call of the fastest function "
+        f"of a row takes under {timing.SHORT_S * 1e3:g} ms, every function of the row is timed up to "
+        f"{timing.MAX_CALLS_PER_EXECUTABLE} calls to one executable, each on its own input set, as a model's "
+        "jit runs it (`calls_per_executable` in the JSON): one executable per call would time the host's "
+        "dispatch, not the device. Each round samples every function "
         "once: `speedup` is the median over the rounds of the reference's time over the kernel's, with "
         "a distribution-free 95% confidence interval for that median. A memory-bound kernel (or any "
         "kernel on a device without peaks) has a copy of as many bytes in its rounds too: `% of copy` "

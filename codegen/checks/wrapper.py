@@ -1,4 +1,4 @@
-"""E440 to E442 and the kernel operands' dtypes and shapes: the code around the kernel (`prologue:`,
+"""E440 to E443 and the kernel operands' dtypes and shapes: the code around the kernel (`prologue:`,
 `epilogue:`), the kernel's own operands (`kernel:`) and the optional inputs the prologue takes
 (`optional: true`, a case's `absent:`). The code is parsed, never run; its syntax and imports are
 checked with the other code (E600, E601), the names it reads by names.py (E602).
@@ -33,11 +33,31 @@ def check(spec: KernelSpec) -> list:
     if spec.sharding is not None:
         out.append(Diagnostic("E440", "`sharding:` does not take a prologue or epilogue", w.loc,
                               "shard the kernel without them, or drop `sharding:`"))
+    out += _residual_kernel_outputs(spec)
     if w.prologue is not None and w.inputs:
         out += _returns(w.prologue, "prologue", [o.name for o in w.inputs], "kernel.inputs")
     if w.epilogue is not None and w.outputs:
         out += _returns(w.epilogue, "epilogue", [o.name for o in spec.outputs], "outputs")
     return out + _operands(spec)
+
+
+def _residual_kernel_outputs(spec: KernelSpec) -> list:
+    """E443: `residual: true` on a kernel operand marks a kernel output that the call writes only
+    when asked for the residual outputs (residuals=True): a kernel input is always read, and in a
+    spec with no residual output nothing ever asks."""
+    out = []
+    saved = [o.name for o in spec.outputs if o.residual]
+    for op in spec.wrapper.inputs:
+        if op.residual:
+            out.append(Diagnostic("E443", f"kernel input `{op.name}` is `residual: true`, which only a kernel output can be",
+                                  op.residual_loc, "drop `residual: true`: the kernel reads every input it is given"))
+    for op in spec.wrapper.outputs:
+        if op.residual and not saved:
+            out.append(Diagnostic("E443", f"kernel output `{op.name}` is `residual: true` but no output of {spec.name} "
+                                  "is: no call would ask for it, so it would never be written",
+                                  op.residual_loc, "mark the output it becomes `residual: true` (saved for the "
+                                  "backward pass), or drop `residual: true` here"))
+    return out
 
 
 def _optional(spec: KernelSpec) -> list:

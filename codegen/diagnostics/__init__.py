@@ -77,6 +77,7 @@ CODES: dict[str, str] = {
     "E440": "prologue or epilogue without the kernel operands it makes or reads",
     "E441": "prologue or epilogue returns the wrong number of values",
     "E442": "invalid optional input or absent",
+    "E443": "residual kernel operand that no call asks for",
     "E450": "input initialisers read each other in a cycle",
     "E451": "same_as input differs in shape or dtype",
     "E452": "init code returns nothing",

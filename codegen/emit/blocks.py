@@ -7,7 +7,7 @@ from __future__ import annotations
 from kspec.codegen.backends import BACKENDS
 from kspec.codegen.emit.source import block_dim, dtype_src, gpu_layout, jnp_dtype, lambda_src, literal, mapped_dtype, pipelined, tuple_src
 from kspec.codegen.spec.expr import Expr
-from kspec.codegen.spec.model import DimKind, KernelSpec, MemorySpace, Role, ScratchKind, Variant
+from kspec.codegen.spec.model import DimKind, KernelSpec, MemorySpace, Role, ScratchKind, SpecKind, Variant
 
 
 def block_spec(spec: KernelSpec, variant: Variant, op, pipeline: tuple | None = None) -> str:
@@ -139,6 +139,25 @@ def whole_blocks(spec: KernelSpec, variant: Variant) -> tuple:
         return inputs, outputs, None
     shapes = [tuple_src(e.render() for e in o.shape) for o in spec.outputs]
     return inputs, outputs, shapes[0] if len(shapes) == 1 else tuple_src(shapes)
+
+
+def unwritten(spec: KernelSpec, variant: Variant) -> list:
+    """[(output position, source of its _Unwritten)]: the residual outputs of a pallas_call
+    (the spec's own, or its kernel's `kernel.outputs` marked residual) that the call writes only
+    with residuals=True. Without it they are left out of the call and the body's ref for each
+    takes its stores and drops them. Mosaic GPU and mesh kernels, and calls that alias outputs
+    to inputs (whose positions would shift), write every output."""
+    if variant.backend == "mosaic_gpu" or spec.kind == SpecKind.MESH or spec.aliases:
+        return []
+    out = []
+    for n, o in enumerate(spec.outputs):
+        if not o.residual:
+            continue
+        block = variant.blocks.get(o.name)
+        dims = o.shape if block is None or block.block_shape is None else \
+            [e for e in block.block_shape if e is not None]
+        out.append((n, f'_Unwritten("{o.name}", {dtype_src(spec, o)}, {tuple_src(e.render() for e in dims)})'))
+    return out
 
 
 def keep(spec: KernelSpec) -> str | None:

@@ -41,6 +41,14 @@ def kernel(sig: Signature, variant: Variant) -> dict:
             f"{dtype_src(spec, o)}, manual_axis_type={varying})"
             for o in spec.outputs
         ]
+    unwritten = blocks.unwritten(spec, variant)
+    if unwritten:
+        # The residual outputs are in the call only when asked for: the lists name them all,
+        # and _written keeps the others unless residuals=True.
+        omitted = tuple_src(str(n) for n, _ in unwritten)
+        out_shapes = [f"_written([{', '.join(out_shapes)}], residuals, {omitted})"]
+        out_specs = [f"_written([{', '.join(out_specs)}], residuals, {omitted})"]
+        cropped = f"_written({cropped}, residuals, {omitted})" if cropped else None
     input_docs = [
         f"{o.name}: [{', '.join(e.shown for e in o.shape)}] "
         f"{'same dtype as ' + o.follows if o.follows else ' | '.join(o.dtypes)}"
@@ -88,6 +96,12 @@ def kernel(sig: Signature, variant: Variant) -> dict:
         with_residuals=sig.with_residuals,
         residual_names=[o.name for o in spec.outputs if o.residual],
         keep=blocks.keep(spec),
+        # [(position among the kernel's refs, the _Unwritten standing in for it)]: the residual
+        # outputs the kernel writes only when asked for (residuals=True)
+        unwritten=[(len(spec.call_order) + n, sink) for n, sink in unwritten],
+        sinks=tuple_src(f"({len(spec.call_order) + n}, {sink})" for n, sink in unwritten),
+        unwritten_positions=tuple_src(str(n) for n, _ in unwritten),
+        output_count=len(spec.outputs),
     )
     if spec.kind == SpecKind.MESH:
         out.update(mesh.mesh(spec, variant))
@@ -126,6 +140,8 @@ def _wrapped(sig: Signature, variant: Variant) -> dict:
         # the epilogue returns every output; the function, the others unless residuals=True
         "keep": facing["keep"] if w.epilogue is not None else None,
     }
+    # _kernel_call returns every kernel output (None for a residual one not written), in order
+    out["keep"] = None
     return out
 
 

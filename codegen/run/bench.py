@@ -77,6 +77,33 @@ def _compile(fn, args) -> tuple:
     return compiled, time.perf_counter() - start
 
 
+def _calls(timed: dict) -> tuple:
+    """({name: a no-argument call for timing.sample}, calls per executable) for the functions of one
+    comparison, `timed` {name: (function, its compiled executable, the input sets it rotates over)}:
+    k calls to an executable for every function where the fastest is short (`_per_executable`)."""
+    k = _per_executable([(compiled, sets) for _, compiled, sets in timed.values()])
+    return {name: _rotation(fn, compiled, sets, k) for name, (fn, compiled, sets) in timed.items()}, k
+
+
+def _per_executable(timed: list) -> int:
+    """The calls per executable of one comparison, [(compiled, the input sets it rotates over)]: one
+    warm call of each is timed, and where the fastest is short (timing.calls_per_executable) the
+    host's dispatch of each executable, not the device, would set the pace. The same k for every
+    function of the comparison, so that their ratios compare like with like."""
+    fastest = min(timing.warm_call_s(compiled, sets[0]) for compiled, sets in timed)
+    return timing.calls_per_executable(fastest, min(len(sets) for _, sets in timed))
+
+
+def _rotation(fn, compiled, sets: list, k: int):
+    """A no-argument call that runs the next input set of the rotation: `compiled` itself when k is 1,
+    else fn compiled again k calls to one executable, each on the next of k consecutive input sets
+    (timing.batched), as a model's jit runs it."""
+    if k == 1:
+        return timing.rotating(compiled, sets)
+    groups = timing.batched_sets(sets, k)
+    return timing.rotating(_compile(timing.batched(fn, k), groups[0])[0], groups)
+
+
 def passed_over(task, prep, grad: bool = False) -> str | None:
     """Why backend="auto" would not run this backend at this shape (the package's _dispatch.py
     says, before tracing), or None. A sweep times what auto runs: here, the reference. `grad`:
@@ -141,20 +168,22 @@ def bench(task, prep, check_outputs, vjp_module=None) -> Result:
     flops, trans, nbytes = (None, None, None) if task.grad else work(prep, outs)
     compute = dt.least_precise(prep.dtypes[o.name] for o in prep.spec.inputs)
     bound = None if task.grad else _bound(peak, compute, flops, nbytes)
-    calls = {"kernel": timing.rotating(compiled_k, arg_sets), "reference": timing.rotating(compiled_r, arg_sets)}
+    # name -> (the function, compiled, the input sets it rotates over): the functions of this comparison
+    timed = {"kernel": (kernel, compiled_k, arg_sets), "reference": (reference, compiled_r, arg_sets)}
     competitors = {}  # name -> its entry in the row, in the spec's order
     rivals = _grad_competitors(task, prep, device.platform, found) if task.grad else \
         _competitors(task, prep, device.platform, check_outputs)
     for name, entry in rivals:
         competitors[name] = None  # its place
-        if callable(entry):  # checked and compiled: timed in the same rounds
-            calls[f"competitor:{name}"] = timing.rotating(entry, arg_sets)
+        if isinstance(entry, tuple):  # checked and compiled: timed in the same rounds
+            timed[f"competitor:{name}"] = (*entry, arg_sets)
         else:
             competitors[name] = entry
     found = rivals = None  # the reference's gradients, checked against: free before the rounds
     if bound != "compute" and not task.grad:  # memory-bound, or no peaks to tell: a copy of as many bytes
-        calls["copy"] = _copy_call(nbytes, copies)
-    times = timing.sample(calls, samples=task.samples)
+        timed["copy"] = _copy_timed(nbytes, copies)
+    calls, per_executable = _calls(timed)
+    times = timing.sample(calls, samples=task.samples, calls_per_executable=per_executable)
     k, r = timing.stats(times["kernel"]), timing.stats(times["reference"])
     seconds = k["median_ms"] / 1e3
     copy_ms = timing.stats(times["copy"])["median_ms"] if "copy" in times else None
@@ -185,6 +214,7 @@ def bench(task, prep, check_outputs, vjp_module=None) -> Result:
         "ref_compile_s": compile_r,
         "samples": k["samples"],
         "input_copies": copies,
+        "calls_per_executable": per_executable,
         "flops": flops,
         "transcendentals": trans,
         "bytes": nbytes,
@@ -343,12 +373,13 @@ def _grad_competitors(task, prep, platform: str, found):
         if compiled is None:
             yield name, {"status": "fail", "message": "not timed, wrong gradient: " + check["message"]}
         else:
-            yield name, compiled
+            yield name, (call, compiled)
 
 
 def _competitors(task, prep, platform: str, check_outputs):
-    """(name, compiled call) for each of the spec's competitors that runs on this platform and
-    computes what the reference does; (name, its row entry) for the others, with why."""
+    """(name, (its function, compiled)) for each of the spec's competitors that runs on this platform
+    and computes what the reference does (the function is kept to compile it again, k calls to an
+    executable, where calls are short: `_calls`); (name, its row entry) for the others, with why."""
     import sys
 
     import jax
@@ -370,7 +401,7 @@ def _competitors(task, prep, platform: str, check_outputs):
         if compiled is None:
             yield name, {"status": "fail", "message": "not timed, wrong result: " + check.message}
         else:
-            yield name, compiled
+            yield name, (call, compiled)
 
 
 def min_speedup(declared, device_kind: str):
@@ -412,14 +443,15 @@ def _copy_elements(nbytes: int) -> int:
     return max(1, nbytes // 8)
 
 
-def _copy_call(nbytes: int, copies: int):
-    """The copy of the kernel's bytes, rotated over as many arrays as the kernel's input sets:
-    the copy ceiling in the kernel's own rounds."""
+def _copy_timed(nbytes: int, copies: int) -> tuple:
+    """The copy of the kernel's bytes, rotated over as many arrays as the kernel's input sets: the
+    copy ceiling in the kernel's own rounds. (function, compiled, the arrays' sets), as `_calls` takes."""
     import jax.numpy as jnp
 
     n = _copy_elements(nbytes)
     arrays = [[jnp.full((n,), 1.0 + c, jnp.float32)] for c in range(copies)]
-    return timing.rotating(_scale().lower(arrays[0][0]).compile(), arrays)
+    scale = _scale()
+    return scale, scale.lower(arrays[0][0]).compile(), arrays
 
 
 def measure_ceilings() -> dict:
@@ -453,37 +485,44 @@ def tune(task, prep, check_outputs, describe):
     --sustained`), each config is sampled in alternation with the reference, as `kspec bench`
     does, after the reference has held the device under load for SUSTAIN_S seconds, and
     carries its speedup over the reference round by round: a ranking under the clocks a
-    power cap holds, which the full-clock figures can miss."""
+    power cap holds, which the full-clock figures can miss. Either way a short call is timed k to
+    an executable on k input sets, as `kspec bench` times it (`_per_executable`; sustained, the
+    config and the reference alike), so that configs rank by the device's time, not the host's."""
     import concurrent.futures
 
     import jax
 
-
     configs = [dict(c) for c in task.configs]
     refs = {}  # the reference's outputs per value of the params it takes
-    against = {}  # sustained: the reference's call per value of the params it takes
+    against = {}  # sustained: the reference (function, compiled, one warm call's seconds) per value of its params
+    rotations = {}  # sustained: the reference's call per (value of its params, calls per executable)
     loaded = False  # sustained: the device has been held under load
-    if task.sustained:
-        peak = peak_for(jax.devices()[0].device_kind)
-        arg_sets = _input_sets(task, prep, peak.l2_bytes if peak else 0)
+    peak = peak_for(jax.devices()[0].device_kind)
+    arg_sets = []  # the input sets rotated over, made once needed (timed alone: only for short calls)
 
-        def reference_for(p) -> object:
-            key = tuple(sorted(p.ref_params.items()))
-            if key not in against:
-                compiled_ref = _compile(functools.partial(p.ref_fn, **p.ref_params), p.inputs)[0]
-                against[key] = timing.rotating(compiled_ref, arg_sets)
-            return against[key]
+    def input_sets() -> list:
+        if not arg_sets:
+            arg_sets.extend(_input_sets(task, prep, peak.l2_bytes if peak else 0))
+        return arg_sets
+
+    def reference_for(p) -> tuple:
+        key = tuple(sorted(p.ref_params.items()))
+        if key not in against:
+            fn = functools.partial(p.ref_fn, **p.ref_params)
+            compiled_ref = _compile(fn, p.inputs)[0]
+            against[key] = (fn, compiled_ref, timing.warm_call_s(compiled_ref, p.inputs))
+        return key, against[key]
 
     def build(cfg):
         fn = functools.partial(prep.fn, **dict(prep.params, **cfg))
-        return _compile(fn, prep.inputs)
+        return (fn, *_compile(fn, prep.inputs))
 
     with concurrent.futures.ThreadPoolExecutor(max_workers=COMPILE_THREADS) as pool:
         futures = [pool.submit(build, cfg) for cfg in configs]
         for cfg, future in zip(configs, futures):
             row = result(task, Status.ERROR, params=cfg)
             try:
-                compiled, compile_s = future.result()
+                fn, compiled, compile_s = future.result()
                 outs = jax.block_until_ready(compiled(*prep.inputs))
                 mine = prep.with_params(dict(prep.params, **cfg))
                 key = tuple(sorted(mine.ref_params.items()))
@@ -492,20 +531,31 @@ def tune(task, prep, check_outputs, describe):
                 refs[key] = mine.refs
                 row = verdict.updated(params=cfg, compile_s=compile_s)
                 if verdict.passed and not task.sustained:
-                    times = timing.sample(
-                        {"kernel": functools.partial(compiled, *prep.inputs)}, samples=task.samples, warm_s=0.1
-                    )
-                    row = row.updated(ms=timing.stats(times["kernel"])["median_ms"])
+                    # Short calls are timed k to an executable, as bench times them (_per_executable);
+                    # the other input sets are made only then: at large shapes they may not fit.
+                    once = timing.warm_call_s(compiled, prep.inputs)
+                    k = timing.calls_per_executable(once, len(input_sets())) if once < timing.SHORT_S else 1
+                    call = (functools.partial(compiled, *prep.inputs) if k == 1
+                            else _rotation(fn, compiled, input_sets(), k))
+                    times = timing.sample({"kernel": call}, samples=task.samples, warm_s=0.1, calls_per_executable=k)
+                    row = row.updated(ms=timing.stats(times["kernel"])["median_ms"], calls_per_executable=k)
                 elif verdict.passed:
-                    calls = {"kernel": timing.rotating(compiled, arg_sets), "reference": reference_for(mine)}
+                    # The config and the reference are one comparison: k calls to an executable for
+                    # both where the faster is short (the reference compiled again once per k).
+                    ref_key, (ref_fn, compiled_ref, ref_s) = reference_for(mine)
+                    fastest = min(timing.warm_call_s(compiled, prep.inputs), ref_s)
+                    k = timing.calls_per_executable(fastest, len(input_sets()))
+                    if (ref_key, k) not in rotations:
+                        rotations[ref_key, k] = _rotation(ref_fn, compiled_ref, input_sets(), k)
+                    calls = {"kernel": _rotation(fn, compiled, input_sets(), k), "reference": rotations[ref_key, k]}
                     if not loaded:
                         timing.warm_up({"reference": calls["reference"]}, SUSTAIN_S)
                         loaded = True
-                    times = timing.sample(calls, samples=task.samples, warm_s=RESUME_S)
+                    times = timing.sample(calls, samples=task.samples, warm_s=RESUME_S, calls_per_executable=k)
                     speedup, lo, hi = timing.ratio(times["reference"], times["kernel"])
                     row = row.updated(ms=timing.stats(times["kernel"])["median_ms"],
                                       ref_ms=timing.stats(times["reference"])["median_ms"],
-                                      speedup=speedup, speedup_ci95=[lo, hi])
+                                      speedup=speedup, speedup_ci95=[lo, hi], calls_per_executable=k)
             except Exception as e:  # noqa: BLE001 - a config that fails to compile or run is rejected
                 row = row.updated(message=describe(e))
             yield row

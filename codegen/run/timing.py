@@ -13,6 +13,12 @@ cap the clocks swing from one 20 ms sample to the next by more than the margin a
 kernel is judged on, and the median of the per-round ratios (with a confidence
 interval, `median_ci`; both at once: `ratio`) sees through that where the ratio of
 two medians does not.
+
+A call shorter than the host's cost of dispatching one executable (tens of microseconds on a GPU)
+would time the host: the device idles between calls however full the queue is kept. Where the
+fastest function of a comparison is that short (`SHORT_S`, `calls_per_executable`), each of its
+functions is compiled again as k calls to one executable on k consecutive input sets (`batched`,
+`batched_sets`), as a model's jit runs a kernel, and a sample's time is divided by k as well.
 """
 
 from __future__ import annotations
@@ -23,6 +29,11 @@ import time
 
 ROTATE_BYTES = 256 << 20  # more than any L2 we bench on (H200: 60 MiB)
 MAX_COPIES = 8
+# A warm call shorter than this is timed k to an executable: well above the host's cost of
+# dispatching one (tens of microseconds on a GPU), so that a call timed alone, back to back, keeps
+# the device busy and measures it, not the host.
+SHORT_S = 2e-4
+MAX_CALLS_PER_EXECUTABLE = 8
 
 
 def copies_needed(nbytes: int, l2_bytes: int) -> int:
@@ -45,10 +56,48 @@ def rotating(fn, arg_sets: list):
     return call
 
 
+def calls_per_executable(fastest_s: float, copies: int) -> int:
+    """k, the calls that each executable of a comparison makes, from the warm time of its fastest
+    function's call and the input sets it rotates over: min(MAX_CALLS_PER_EXECUTABLE, copies) when
+    that call is shorter than SHORT_S, each call on its own input set (the same set twice in one
+    executable could be computed once), and 1 when it is not short or fewer than 2 sets are there."""
+    k = min(MAX_CALLS_PER_EXECUTABLE, copies)
+    return k if fastest_s < SHORT_S and k >= 2 else 1
+
+
+def batched(fn, k: int):
+    """A function of k argument lists one after another (each as long as fn takes) that calls fn on
+    each and returns the k results as a tuple: every call's outputs are returned, so none is dead code."""
+
+    def calls(*args):
+        if len(args) % k:
+            raise TypeError(f"{len(args)} arguments do not split into {k} input sets")
+        n = len(args) // k
+        return tuple(fn(*args[i * n:(i + 1) * n]) for i in range(k))
+
+    return calls
+
+
+def batched_sets(arg_sets: list, k: int) -> list:
+    """The argument lists of `batched(fn, k)`, to rotate over: k consecutive input sets of the rotation
+    each, as many lists as it takes to come back to the first set (one when k is the number of sets)."""
+    copies = len(arg_sets)
+    return [[a for i in range(k) for a in arg_sets[(g * k + i) % copies]]
+            for g in range(copies // math.gcd(copies, k))]
+
+
 def _block(x) -> None:
     import jax
 
     jax.block_until_ready(x)
+
+
+def warm_call_s(fn, args) -> float:
+    """Seconds of one call of fn on args, blocking, after a first call (which may allocate or load)."""
+    _block(fn(*args))
+    start = time.perf_counter()
+    _block(fn(*args))
+    return time.perf_counter() - start
 
 
 def calibrate(call, target_s: float) -> int:
@@ -67,8 +116,10 @@ def warm_up(calls: dict, seconds: float = 0.5) -> None:
             _block(call())
 
 
-def sample(calls: dict, *, samples: int, target_s: float = 0.02, warm_s: float = 0.5) -> dict:
-    """{name: [seconds per call, one per sample]}, names sampled in alternation after a warm-up."""
+def sample(calls: dict, *, samples: int, target_s: float = 0.02, warm_s: float = 0.5,
+           calls_per_executable: int = 1) -> dict:
+    """{name: [seconds per call, one per sample]}, names sampled in alternation after a warm-up.
+    `calls_per_executable`: each of `calls` runs the function that many times (`batched`)."""
     warm_up(calls, warm_s)
     reps = {name: calibrate(call, target_s) for name, call in calls.items()}
     times = {name: [] for name in calls}
@@ -82,7 +133,7 @@ def sample(calls: dict, *, samples: int, target_s: float = 0.02, warm_s: float =
                 out = None  # the last call's outputs freed before the next is queued: at 2**31 elements two sets may not fit
                 out = call()
             _block(out)
-            times[name].append((time.perf_counter() - start) / n)
+            times[name].append((time.perf_counter() - start) / (n * calls_per_executable))
     return times
 
 

@@ -105,6 +105,8 @@ def tune_case(job: CaseJob, store, done: set, run: Callable[[TuneTask, int, int]
                          message=row.message.splitlines()[0] if row.message else "")
             if job.sustained and figures.get("speedup") is not None:
                 entry.update(ref_ms=figures["ref_ms"], speedup=figures["speedup"], speedup_ci95=figures["speedup_ci95"])
+            if figures.get("calls_per_executable") is not None:  # how it was timed (short calls: several)
+                entry["calls_per_executable"] = figures["calls_per_executable"]
             store.append(entry)
             if figures.get("params"):
                 tried[tn.key(figures["params"])] = tg.cost(entry)
@@ -195,6 +197,8 @@ def tune_grad(job: CaseJob, store, gradient_sha: str, run: Callable[[BenchTask],
     timed = row.passed and figures.get("speedup") is not None
     if timed:
         entry.update(ref_ms=figures["ref_ms"], speedup=figures["speedup"], speedup_ci95=figures["speedup_ci95"])
+        if figures.get("calls_per_executable") is not None:
+            entry["calls_per_executable"] = figures["calls_per_executable"]
         lo, hi = figures["speedup_ci95"]
         say(f"{shown}: forward and backward {figures['speedup']:.3f}x the reference's autodiff ({lo:.3f}-{hi:.3f})"
             + ("; auto will differentiate the reference here" if tg.grad_figure(entry) < 1.0 else ""))

@@ -64,3 +64,38 @@ def test_a_competitor_is_skipped_off_its_platforms_or_without_a_module_it_requir
         assert benchrun._not_here(module, name, ("cpu",), "cpu") == f"needs {missing}, which jax {jax.__version__} does not have"
     # A module without requirements (specs without `requires:`) skips nothing for want of one.
     assert benchrun._not_here(types.SimpleNamespace(), "any", ("cpu",), "cpu") is None
+
+
+def test_short_calls_are_timed_several_to_an_executable_up_to_the_input_copies():
+    # The decision is one warm call's time (the fastest function's) and the input sets rotated over.
+    short, long = timing.SHORT_S / 2, timing.SHORT_S * 2
+    assert timing.calls_per_executable(short, 8) == 8
+    assert timing.calls_per_executable(short, 5) == 5  # one input set per call
+    assert timing.calls_per_executable(short, 20) == timing.MAX_CALLS_PER_EXECUTABLE == 8
+    assert timing.calls_per_executable(short, 1) == 1  # one set: the same call twice could be computed once
+    assert timing.calls_per_executable(long, 8) == 1
+    assert timing.calls_per_executable(timing.SHORT_S, 8) == 1
+
+
+def test_a_batched_function_returns_each_input_sets_outputs():
+    # k calls in one jitted function, on k consecutive input sets of the rotation: the i-th result is
+    # the function's on the i-th set, for a function of one output and one of several.
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    sets = [[jnp.arange(12.0).reshape(3, 4) + s, jnp.full((3, 4), 2.0 + s)] for s in range(6)]
+    for fn in (lambda x, y: x * y + 1.0, lambda x, y: (x + y, jnp.sum(x * y, axis=0))):
+        for k in (2, 4, 6):
+            groups = timing.batched_sets(sets, k)
+            # Consecutive sets, from where the last group stopped, until the rotation comes back to the first.
+            assert len(groups) == 6 // np.gcd(6, k)
+            order = [s for g in range(len(groups)) for s in range(g * k, (g + 1) * k)]
+            batched = jax.jit(timing.batched(fn, k))
+            got = [out for group in groups for out in batched(*group)]
+            assert len(got) == len(order)
+            for out, s in zip(got, order):
+                want = fn(*sets[s % 6])
+                jax.tree.map(np.testing.assert_array_equal, out, want)
+    with pytest.raises(TypeError, match="do not split into 4 input sets"):
+        timing.batched(lambda x: x, 4)(*sets[0], *sets[1][:1])
