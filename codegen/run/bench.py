@@ -87,7 +87,7 @@ def _calls(timed: dict) -> tuple:
 
 def _per_executable(timed: list) -> int:
     """The calls per executable of one comparison, [(compiled, the input sets it rotates over)]: one
-    warm call of each is timed, and where the fastest is short (timing.calls_per_executable) the
+    warm call of each is timed (the median of timing.WARM_CALLS), and where the fastest is short (timing.calls_per_executable) the
     host's dispatch of each executable, not the device, would set the pace. The same k for every
     function of the comparison, so that their ratios compare like with like."""
     fastest = min(timing.warm_call_s(compiled, sets[0]) for compiled, sets in timed)
@@ -494,7 +494,7 @@ def tune(task, prep, check_outputs, describe):
 
     configs = [dict(c) for c in task.configs]
     refs = {}  # the reference's outputs per value of the params it takes
-    against = {}  # sustained: the reference (function, compiled, one warm call's seconds) per value of its params
+    against = {}  # sustained: the reference (function, compiled, its warm call's seconds) per value of its params
     rotations = {}  # sustained: the reference's call per (value of its params, calls per executable)
     loaded = False  # sustained: the device has been held under load
     peak = peak_for(jax.devices()[0].device_kind)

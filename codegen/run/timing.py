@@ -92,12 +92,19 @@ def _block(x) -> None:
     jax.block_until_ready(x)
 
 
+WARM_CALLS = 5  # warm calls timed to tell a short call: their median, which one slow call does not move
+
+
 def warm_call_s(fn, args) -> float:
-    """Seconds of one call of fn on args, blocking, after a first call (which may allocate or load)."""
+    """Seconds of one call of fn on args, blocking: the median of WARM_CALLS calls, after a first
+    call (which may allocate or load)."""
     _block(fn(*args))
-    start = time.perf_counter()
-    _block(fn(*args))
-    return time.perf_counter() - start
+    times = []
+    for _ in range(WARM_CALLS):
+        start = time.perf_counter()
+        _block(fn(*args))
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
 
 
 def calibrate(call, target_s: float) -> int:
