@@ -121,6 +121,27 @@ def test_tuned_entry_is_checked_against_constraints_with_the_untuned_params(monk
     assert got == _tuning.defaults("mosaic_gpu", 8192, 8192, 8100)
 
 
+def test_a_nearer_tuned_entry_that_breaks_the_backends_own_constraint_is_passed_over(monkeypatch):
+    """matmul_2d's mosaic_tpu backend adds N % bn == 0 to the spec's K % bk == 0: the nearest tuned
+    bucket's config is taken only where the backend's constraints hold too, else the next nearest."""
+    import jax
+    import jax.numpy as jnp
+
+    from generated.matmul_2d import _tuning
+
+    kind = jax.devices()[0].device_kind
+    near = (kind, "mosaic_tpu", "float32", (512, 512, 512), ())
+    far = (kind, "mosaic_tpu", "float32", (4096, 4096, 4096), ())
+    monkeypatch.setitem(_tuning.TABLE, near, {"bm": 32, "bn": 256, "bk": 128})
+    monkeypatch.setitem(_tuning.TABLE, far, {"bm": 128, "bn": 64, "bk": 64})
+    x = jnp.zeros((8, 8), jnp.float32)
+    # N = 384: bn 256 leaves a partial block, which the backend's constraint rules out
+    assert _tuning.resolve("mosaic_tpu", (x, x), (512, 512, 384), {}, {}) == {"bm": 128, "bn": 64, "bk": 64}
+    assert _tuning.resolve("mosaic_tpu", (x, x), (512, 512, 512), {}, {}) == {"bm": 32, "bn": 256, "bk": 128}
+    assert not _tuning.satisfies_constraints("mosaic_tpu", 512, 512, 384, {"bm": 32, "bn": 256, "bk": 128})
+    assert _tuning.satisfies_constraints("interpret", 512, 512, 384, {"bm": 32, "bn": 256, "bk": 128})
+
+
 def test_guided_strategy_end_to_end_and_resumes(tmp_path):
     proj = project(tmp_path)
     run = ("tune", "--backend", "interpret", "--strategy", "guided", "--seed", "3", "--samples", "3",

@@ -66,9 +66,15 @@ def tuning(sig: Signature, tuned: dict, linked: tuple = ()) -> dict:
         set().union(*(c.expr.names for c in sig.spec.constraints)) - set(sig.spec.dims)
     ) if sig.spec.constraints else []
     constraints = " and ".join(f"({c.expr.render()})" for c in sig.spec.constraints) or "True"
+    # A backend's own constraints hold for its tuned configs too: [(backend, params they read, source)]
+    backend_constraints = [
+        (b, sorted(set().union(*(c.expr.names for c in v.constraints)) - set(sig.spec.dims) - set(constraint_params)),
+         " and ".join(f"({c.expr.render()})" for c in v.constraints))
+        for b, v in sig.spec.variants.items() if v.constraints
+    ]
     return dict(
         sig.common(), table=table, defaults=defaults, constraint_params=constraint_params,
-        constraints=constraints, slower=slower, reference_when_faster=sig.spec.reference_when_faster,
+        constraints=constraints, backend_constraints=backend_constraints, slower=slower, reference_when_faster=sig.spec.reference_when_faster,
         grad_speedup=grad_speedup, grad_trusted_low=tg.GRAD_TRUSTED_LOW, grad_clear=tg.GRAD_CLEAR, reference_gradient=sig.reference_gradient,
         dims_args=", ".join(sig.spec.dims),
     )
