@@ -163,3 +163,44 @@ def choose(kernel, backend, platform, auto, platforms, why_not, slower=None):
         instead = order[i + 1] if i + 1 < len(order) else "the reference"
         warn_once(f"{kernel}: backend {name!r} cannot run this call ({reason}); trying {instead}")
     return None
+
+
+class Unwritten:
+    """The ref of a residual output that a call did not ask for (residuals=False): the output is
+    left out of the pallas_call, and the body's stores to this stand-in are dropped."""
+
+    def __init__(self, kernel, name, dtype, shape):
+        import jax.numpy as jnp
+
+        self.kernel, self.name, self.dtype, self.shape = kernel, name, jnp.dtype(dtype), tuple(shape)
+
+    @property
+    def ndim(self):
+        return len(self.shape)
+
+    def __setitem__(self, index, value):
+        pass
+
+    def __getitem__(self, index):
+        raise TypeError(f"{self.kernel}: the body reads {self.name}, a residual output, written only with residuals=True")
+
+
+def written(items, residuals, omitted):
+    """`items`, one per kernel output, without the residual outputs' (at `omitted`) unless residuals=True."""
+    return list(items) if residuals else [x for n, x in enumerate(items) if n not in omitted]
+
+
+def with_none(out, residuals, omitted, count):
+    """The kernel's `count` outputs in order, None for each residual output left out of the call."""
+    if residuals:
+        return out
+    kept = iter(out)
+    return [None if n in omitted else next(kept) for n in range(count)]
+
+
+def with_sinks(refs, sinks):
+    """The kernel's refs with each left-out residual output's Unwritten back at its position."""
+    refs = list(refs)
+    for position, sink in sinks:
+        refs.insert(position, sink)
+    return refs

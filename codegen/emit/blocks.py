@@ -142,7 +142,7 @@ def whole_blocks(spec: KernelSpec, variant: Variant) -> tuple:
 
 
 def unwritten(spec: KernelSpec, variant: Variant) -> list:
-    """[(output position, source of its _Unwritten)]: the residual outputs of a pallas_call
+    """[(output position, source of its _runtime.Unwritten)]: the residual outputs of a pallas_call
     (the spec's own, or its kernel's `kernel.outputs` marked residual) that the call writes only
     with residuals=True. Without it they are left out of the call and the body's ref for each
     takes its stores and drops them. Mosaic GPU and mesh kernels, and calls that alias outputs
@@ -156,7 +156,8 @@ def unwritten(spec: KernelSpec, variant: Variant) -> list:
         block = variant.blocks.get(o.name)
         dims = o.shape if block is None or block.block_shape is None else \
             [e for e in block.block_shape if e is not None]
-        out.append((n, f'_Unwritten("{o.name}", {dtype_src(spec, o)}, {tuple_src(e.render() for e in dims)})'))
+        out.append((n, f'_runtime.Unwritten("{spec.name}", "{o.name}", {dtype_src(spec, o)}, '
+                       f'{tuple_src(e.render() for e in dims)})'))
     return out
 
 

@@ -44,11 +44,11 @@ def kernel(sig: Signature, variant: Variant) -> dict:
     unwritten = blocks.unwritten(spec, variant)
     if unwritten:
         # The residual outputs are in the call only when asked for: the lists name them all,
-        # and _written keeps the others unless residuals=True.
+        # and _runtime.written keeps the others unless residuals=True.
         omitted = tuple_src(str(n) for n, _ in unwritten)
-        out_shapes = [f"_written([{', '.join(out_shapes)}], residuals, {omitted})"]
-        out_specs = [f"_written([{', '.join(out_specs)}], residuals, {omitted})"]
-        cropped = f"_written({cropped}, residuals, {omitted})" if cropped else None
+        out_shapes = [f"_runtime.written([{', '.join(out_shapes)}], residuals, {omitted})"]
+        out_specs = [f"_runtime.written([{', '.join(out_specs)}], residuals, {omitted})"]
+        cropped = f"_runtime.written({cropped}, residuals, {omitted})" if cropped else None
     input_docs = [
         f"{o.name}: [{', '.join(e.shown for e in o.shape)}] "
         f"{'same dtype as ' + o.follows if o.follows else ' | '.join(o.dtypes)}"
@@ -96,7 +96,7 @@ def kernel(sig: Signature, variant: Variant) -> dict:
         with_residuals=sig.with_residuals,
         residual_names=[o.name for o in spec.outputs if o.residual],
         keep=blocks.keep(spec),
-        # [(position among the kernel's refs, the _Unwritten standing in for it)]: the residual
+        # [(position among the kernel's refs, the _runtime.Unwritten standing in for it)]: the residual
         # outputs the kernel writes only when asked for (residuals=True)
         unwritten=[(len(spec.call_order) + n, sink) for n, sink in unwritten],
         sinks=tuple_src(f"({len(spec.call_order) + n}, {sink})" for n, sink in unwritten),
