@@ -190,17 +190,11 @@ def written(items, residuals, omitted):
     return list(items) if residuals else [x for n, x in enumerate(items) if n not in omitted]
 
 
-def with_none(out, residuals, omitted, count):
-    """The kernel's `count` outputs in order, None for each residual output left out of the call."""
-    if residuals:
-        return out
-    kept = iter(out)
-    return [None if n in omitted else next(kept) for n in range(count)]
-
-
-def with_sinks(refs, sinks):
-    """The kernel's refs with each left-out residual output's Unwritten back at its position."""
-    refs = list(refs)
-    for position, sink in sinks:
-        refs.insert(position, sink)
-    return refs
+def inserted(items, placed):
+    """`items` with each (position, value) of `placed` put back at its position, in ascending order
+    of position: the refs of residual outputs left out of a call (their Unwritten), or None for
+    each such output among the call's results."""
+    items = list(items)
+    for position, value in placed:
+        items.insert(position, value)
+    return items

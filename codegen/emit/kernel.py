@@ -96,12 +96,11 @@ def kernel(sig: Signature, variant: Variant) -> dict:
         with_residuals=sig.with_residuals,
         residual_names=[o.name for o in spec.outputs if o.residual],
         keep=blocks.keep(spec),
-        # [(position among the kernel's refs, the _runtime.Unwritten standing in for it)]: the residual
-        # outputs the kernel writes only when asked for (residuals=True)
-        unwritten=[(len(spec.call_order) + n, sink) for n, sink in unwritten],
-        sinks=tuple_src(f"({len(spec.call_order) + n}, {sink})" for n, sink in unwritten),
-        unwritten_positions=tuple_src(str(n) for n, _ in unwritten),
-        output_count=len(spec.outputs),
+        # The residual outputs the kernel writes only when asked for (residuals=True), as (position,
+        # value) pairs for _runtime.inserted: among the kernel's refs, each one's _runtime.Unwritten;
+        # among the call's results, None. None without such outputs.
+        sinks=tuple_src(f"({len(spec.call_order) + n}, {sink})" for n, sink in unwritten) if unwritten else None,
+        unwritten_nones=tuple_src(f"({n}, None)" for n, _ in unwritten),
     )
     if spec.kind == SpecKind.MESH:
         out.update(mesh.mesh(spec, variant))

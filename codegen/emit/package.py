@@ -62,16 +62,17 @@ def tuning(sig: Signature, tuned: dict, linked: tuple = ()) -> dict:
                             for p in v.params if p.resolved) + "}")
         for b, v in sig.spec.variants.items()
     ]
-    constraint_params = sorted(
-        set().union(*(c.expr.names for c in sig.spec.constraints)) - set(sig.spec.dims)
-    ) if sig.spec.constraints else []
-    constraints = " and ".join(f"({c.expr.render()})" for c in sig.spec.constraints) or "True"
-    # A backend's own constraints hold for its tuned configs too: [(backend, params they read, source)]
-    backend_constraints = [
-        (b, sorted(set().union(*(c.expr.names for c in v.constraints)) - set(sig.spec.dims) - set(constraint_params)),
-         " and ".join(f"({c.expr.render()})" for c in v.constraints))
-        for b, v in sig.spec.variants.items() if v.constraints
-    ]
+    def read(constraints) -> set:  # the params they read
+        return set().union(*(c.expr.names for c in constraints)) - set(sig.spec.dims)
+
+    def conjunction(constraints) -> str:
+        return " and ".join(f"({c.expr.render()})" for c in constraints) or "True"
+
+    constraint_params = sorted(read(sig.spec.constraints))
+    constraints = conjunction(sig.spec.constraints)
+    # A backend's own constraints hold for its tuned configs too: [(backend, the other params they read, source)]
+    backend_constraints = [(b, sorted(read(v.constraints) - set(constraint_params)), conjunction(v.constraints))
+                           for b, v in sig.spec.variants.items() if v.constraints]
     return dict(
         sig.common(), table=table, defaults=defaults, constraint_params=constraint_params,
         constraints=constraints, backend_constraints=backend_constraints, slower=slower, reference_when_faster=sig.spec.reference_when_faster,
