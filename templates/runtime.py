@@ -14,14 +14,15 @@ same device kind, backend, dtypes and untuned params, by the distance
     sum over the dims d = 1, 2, ... of d * |log2(tuned bucket dim) - log2(call bucket dim)|
 
 (ties go to the larger bucket, then the first in dim order), and only an entry whose params
-satisfy the spec's constraints at the call's own dims. Dims further right weigh more: in the
+satisfy the spec's constraints and the backend's own (its constraints, and the shared memory it
+declares it needs within the GPU's limit) at the call's own dims and dtypes. Dims further right weigh more: in the
 row-major layouts kernels read, the minor dims decide what one program holds (a row's width,
 a tile's columns), the major ones mostly how many programs there are. Without one, the spec's defaults
 apply (which may be expressions over the dims).
 
 Dispatch. backend="auto" tries the platform's backends in the spec's order and takes the
-first whose rules hold for the call's dims and params (power-of-two blocks on Triton, TMA
-boxes and shared memory on Mosaic GPU, (8, 128) tiles on TPU, the spec's constraints), then
+first whose rules hold for the call's dims and params (power-of-two blocks and the declared
+shared memory on Triton, TMA boxes and shared memory on Mosaic GPU, (8, 128) tiles on TPU, the spec's constraints), then
 the reference. Each backend passed over is reported once per reason with a
 KernelFallbackWarning.
 """
@@ -93,6 +94,20 @@ def cdiv(a, b):
 
 def is_pow2(n):
     return n >= 1 and n & (n - 1) == 0
+
+
+# Shared memory one block may use (the opt-in maximum, bytes) by CUDA compute capability; a GPU not
+# listed here, or no GPU (a CPU lowering for CUDA), is taken for Hopper's.
+SHARED_MEMORY_PER_BLOCK = {"7.0": 96 << 10, "7.5": 64 << 10, "8.0": 163 << 10, "8.6": 99 << 10, "8.7": 163 << 10,
+                           "8.9": 99 << 10, "9.0": 227 << 10, "10.0": 227 << 10, "12.0": 99 << 10}
+
+
+def shared_memory_limit():
+    """Bytes of shared memory one block may use on the default device's GPU."""
+    import jax
+
+    capability = str(getattr(jax.devices()[0], "compute_capability", "9.0"))
+    return SHARED_MEMORY_PER_BLOCK.get(capability, 227 << 10)
 
 
 def tpu_packing(dtype):

@@ -6,7 +6,9 @@ tracing, and backend="auto" passes over a backend that cannot run the call:
 
   Triton: every block dim a power of two (unless the block is `masked` or `sliced`: the body
     loads and stores it through masks over a power-of-two range, or in power-of-two slices;
-    a dim the body only slices needs its slice sizes to be powers of two instead);
+    a dim the body only slices needs its slice sizes to be powers of two instead), and the
+    variant's own `shared_memory` estimate, where it declares one, within the GPU's limit per
+    block (_runtime.shared_memory_limit: by compute capability);
   Mosaic GPU: a TMA copy moves at most 256 elements along each dim of the (tiled) block, and
     blocks x pipeline depth + shared-memory scratch fit 227 KiB;
   Mosaic TPU: the last two dims of a VMEM block tile by (8 x packing, 128) or are whole (a
@@ -103,7 +105,23 @@ def _triton(spec: KernelSpec, variant: Variant) -> list:
         out.append(Requirement(
             cond, f"{_lit(op.name + ' block ')} + str({_tuple_src(exprs)}){shown} + "
                   f"{_lit(' is not all powers of two, which Triton needs')}"))
+    smem = shared_memory(variant)
+    if smem is not None:
+        out.append(smem)
     return out
+
+
+def shared_memory(variant: Variant) -> Requirement | None:
+    """The variant's declared shared-memory estimate held to the GPU's limit per block (None: it
+    declares none)."""
+    e = variant.shared_memory
+    if e is None:
+        return None
+    total = f"({e.render()})"
+    return Requirement(
+        f"{total} <= _runtime.shared_memory_limit()",
+        f"'shared memory estimate ' + str({total} // 1024) + ' KiB (' + {_lit(e.shown)} + ') exceeds ' + "
+        f"str(_runtime.shared_memory_limit() // 1024) + ' KiB per block on this GPU'")
 
 
 def _triton_pow2_checks(spec: KernelSpec, variant: Variant, op, exprs: tuple) -> tuple:

@@ -18,6 +18,7 @@ import math
 
 from kspec.codegen.spec import dtypes as dt
 from kspec.codegen.diagnostics import Diagnostic
+from kspec.codegen.spec.expr import ITEMSIZES, ExprError, NotEvaluable
 from kspec.codegen.spec.model import DimKind, MemorySpace, MeshRole, ScratchKind, SpecKind
 
 # Mosaic TPU blocks in these memory spaces are not pipelined through VMEM: no tiling rule, no VMEM copies
@@ -349,7 +350,45 @@ def _triton(inst) -> list:
                     f"make each block dim of {op} at least {TRITON_MIN_DOT}",
                 )
             )
+    out += _declared_smem(inst)
     return out
+
+
+def itemsizes(inst) -> dict:
+    """Bytes per element of each operand and array scratch buffer of the instance."""
+    sizes = {name: dt.itemsize(d) for name, d in inst.dtypes.items()}
+    for s in inst.variant.scratch:
+        d = s.dtype_in(inst.dtypes) if s.kind == ScratchKind.ARRAY else None
+        if d in dt.DTYPES:
+            sizes[s.name] = dt.itemsize(d)
+    return sizes
+
+
+def declared_smem(inst) -> int | None:
+    """The variant's own estimate of a program's shared memory (`shared_memory`) for the
+    instance, in bytes; None where it has none or it cannot be evaluated here."""
+    e = inst.variant.shared_memory
+    if e is None:
+        return None
+    try:
+        value = e.eval({**inst.env, ITEMSIZES: itemsizes(inst)})
+    except (ExprError, NotEvaluable):
+        return None  # E301 and the like are check's (semantic) to report
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _declared_smem(inst) -> list:
+    """E714: the shared memory the backend's `shared_memory` estimates for a program is past what one
+    block may use on Hopper."""
+    total = declared_smem(inst)
+    if total is None or total <= HOPPER_SMEM_LIMIT:
+        return []
+    return [Diagnostic(
+        "E714",
+        f"{where(inst)}: shared memory estimate {total // 1024} KiB (`{inst.variant.shared_memory.shown}`) "
+        f"exceeds {HOPPER_SMEM_LIMIT // 1024} KiB per block on Hopper",
+        inst.variant.shared_memory.loc,
+        "use smaller blocks or fewer pipelining stages for this case")]
 
 
 def slice_sizes(source: str, operand: str, block: tuple) -> dict:

@@ -463,6 +463,12 @@ def _structure(spec: KernelSpec, v: Variant) -> list:
         out += _unknown(c.expr, scope, "constraint")
     for c in v.constraints:
         out += _unknown(c.expr, scope, f"{v.backend} constraint")
+    if v.shared_memory is not None:
+        out += _unknown(v.shared_memory, scope, f"{v.backend} shared_memory")
+        buffers = [o.name for o in spec.operands] + [s.name for s in v.scratch]
+        for name in sorted(v.shared_memory.sized - set(buffers)):
+            out.append(Diagnostic("E301", f"{v.backend} shared_memory: `itemsize({name})`: `{name}` is not an operand "
+                                          "or scratch buffer of the kernel", v.shared_memory.loc, did_you_mean(name, buffers)))
     for p in v.params:
         if isinstance(p.default, Expr):  # evaluated per call, before any param is known
             out += _unknown(p.default, dims, f"default of param `{p.name}`")

@@ -105,6 +105,7 @@ CODES: dict[str, str] = {
     "E711": "Triton block dim is not a power of two",
     "E712": "Triton dot operand dim below 16",
     "E713": "Triton num_warps is not a power of two up to 32",
+    "E714": "Triton shared-memory estimate exceeded",
     "E721": "Mosaic GPU shared-memory budget exceeded",
     "E722": "Mosaic GPU block dim above the TMA limit of 256",
     "E723": "Mosaic GPU warpgroups per CTA out of range",

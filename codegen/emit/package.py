@@ -68,13 +68,27 @@ def tuning(sig: Signature, tuned: dict, linked: tuple = ()) -> dict:
     def conjunction(constraints) -> str:
         return " and ".join(f"({c.expr.render()})" for c in constraints) or "True"
 
+    from kspec.codegen.backends import requirements as rq
+
     constraint_params = sorted(read(sig.spec.constraints))
     constraints = conjunction(sig.spec.constraints)
-    # A backend's own constraints hold for its tuned configs too: [(backend, the other params they read, source)]
-    backend_constraints = [(b, sorted(read(v.constraints) - set(constraint_params)), conjunction(v.constraints))
-                           for b, v in sig.spec.variants.items() if v.constraints]
+    # A backend's own constraints hold for its tuned configs too, and so does the shared memory it declares,
+    # where the caller gives the call's itemsizes: [(backend, the other params they read, source)]
+    backend_constraints, sizes = [], {}
+    kernel = sig.spec.kernel_view
+    for b, v in sig.spec.variants.items():
+        smem = rq.shared_memory(v)
+        if not v.constraints and smem is None:
+            continue
+        names = read(v.constraints) | (set(v.shared_memory.names) - set(sig.spec.dims) if smem else set())
+        source = conjunction(v.constraints) if v.constraints else ""
+        if smem is not None:
+            source = (source + " and " if source else "") + f"(_itemsize is None or {smem.condition})"
+            sizes.update((n, src) for n, src in rq.itemsizes(kernel, v) if n in v.shared_memory.sized)
+        backend_constraints.append((b, sorted(names - set(constraint_params)), source))
     return dict(
         sig.common(), table=table, defaults=defaults, constraint_params=constraint_params,
+        itemsizes="{" + ", ".join(f"{k!r}: {src}" for k, src in sorted(sizes.items())) + "}" if sizes else None,
         constraints=constraints, backend_constraints=backend_constraints, slower=slower, reference_when_faster=sig.spec.reference_when_faster,
         grad_speedup=grad_speedup, grad_trusted_low=tg.GRAD_TRUSTED_LOW, grad_clear=tg.GRAD_CLEAR, reference_gradient=sig.reference_gradient,
         dims_args=", ".join(sig.spec.dims),

@@ -6,6 +6,8 @@ every node is on the whitelist, and it is evaluated by walking it.
 
     names, ints (and float/bool constants), + - * // %, unary -,
     comparisons, and/or/not, min(...), max(...), cdiv(a, b), next_pow2(n)
+    resource estimates only (a backend's `shared_memory`): itemsize(x), the bytes per element of
+    operand or scratch buffer x in the call
     index maps only: ref[expr, ...] where ref is a scalar-prefetch operand (one index per dim),
     ds(start, size), the slice a bounded_slice block dim takes (pl.ds), and the
     conditionals select(c, a, b) and `a if c else b` (jnp.where: both sides are
@@ -73,7 +75,10 @@ INDEX_MAP_FUNCTIONS = {"ds": Slice, "select": _select}
 # How each whitelisted function is spelled in generated code.
 RENDERED_FUNCTIONS = {"min": "min", "max": "max", "cdiv": "pl.cdiv", "next_pow2": "pl.next_power_of_2", "ds": "pl.ds",
                       "select": "jnp.where"}
-ARITY = {"cdiv": 2, "ds": 2, "next_pow2": 1, "select": 3}  # min and max take two or more
+ARITY = {"cdiv": 2, "ds": 2, "next_pow2": 1, "select": 3, "itemsize": 1}  # min and max take two or more
+# itemsize(x) reads the call's dtypes, which an expression's env holds under this key ({name: bytes});
+# generated code reads them from the dict `_itemsize`.
+ITEMSIZES = "itemsize()"
 
 
 class ExprError(Exception):
@@ -90,6 +95,7 @@ class Expr:
     tree: ast.expr = dataclasses.field(compare=False, repr=False)
     names: frozenset = dataclasses.field(compare=False)
     loc: Location | None = dataclasses.field(default=None, compare=False)
+    sized: frozenset = dataclasses.field(default=frozenset(), compare=False)  # the operands itemsize() reads
 
     def eval(self, env: Mapping[str, Any]) -> Any:
         return _eval(self.tree, env)
@@ -130,8 +136,8 @@ class IndexMap:
         return f"lambda {', '.join(self.args)}: ({body})"
 
 
-def parse_expr(value: Any, *, subscripts: bool = False) -> Expr:
-    """An int/bool/float literal from YAML, or an expression string."""
+def parse_expr(value: Any, *, subscripts: bool = False, sizes: bool = False) -> Expr:
+    """An int/bool/float literal from YAML, or an expression string; `sizes`: it may call itemsize(x)."""
     if isinstance(value, bool) or isinstance(value, (int, float)):
         tree = ast.Constant(value, lineno=1, col_offset=0, end_lineno=1, end_col_offset=len(repr(value)))
         return Expr(repr(value), tree, frozenset())
@@ -153,8 +159,9 @@ def parse_expr(value: Any, *, subscripts: bool = False) -> Expr:
     if _depth(tree) > MAX_DEPTH:
         raise ExprError("E300", f"expression nested more than {MAX_DEPTH} deep")
     names: set = set()
-    _check(tree, names, subscripts, lead)
-    return Expr(source, tree, frozenset(names))
+    _check(tree, names, subscripts, lead, sizes=sizes)
+    sized = {n.args[0].id for n in ast.walk(tree) if isinstance(n, ast.Call) and n.func.id == "itemsize"}
+    return Expr(source, tree, frozenset(names), sized=frozenset(sized))
 
 
 def _depth(tree: ast.AST) -> int:
@@ -218,12 +225,12 @@ def _names(tree: ast.AST) -> set:
     return {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and id(n) not in called}
 
 
-def _check(node: ast.AST, names: set, subscripts: bool, lead: int, top: bool = True) -> None:
+def _check(node: ast.AST, names: set, subscripts: bool, lead: int, top: bool = True, sizes: bool = False) -> None:
     def bad(what: str) -> ExprError:
         col = getattr(node, "col_offset", 0) + lead
         return ExprError("E300", f"{what} is not allowed in an expression", col)
 
-    rec = lambda n: _check(n, names, subscripts, lead, top=False)  # noqa: E731
+    rec = lambda n: _check(n, names, subscripts, lead, top=False, sizes=sizes)  # noqa: E731
     if isinstance(node, ast.Name):
         names.add(node.id)
     elif isinstance(node, ast.Constant):
@@ -248,9 +255,11 @@ def _check(node: ast.AST, names: set, subscripts: bool, lead: int, top: bool = T
         for v in node.values:
             rec(v)
     elif isinstance(node, ast.Call):
-        allowed = FUNCTIONS.keys() | (INDEX_MAP_FUNCTIONS.keys() if subscripts else set())
+        allowed = FUNCTIONS.keys() | (INDEX_MAP_FUNCTIONS.keys() if subscripts else set()) | (
+            {"itemsize"} if sizes else set())
         if not isinstance(node.func, ast.Name) or node.func.id not in allowed:
             raise bad("calling anything but min, max, cdiv, next_pow2, ds or select" if subscripts
+                      else "calling anything but min, max, cdiv, next_pow2 or itemsize" if sizes
                       else "calling anything but min, max, cdiv or next_pow2")
         if node.keywords or any(isinstance(a, ast.Starred) for a in node.args):
             raise bad("keyword or starred arguments")
@@ -258,6 +267,10 @@ def _check(node: ast.AST, names: set, subscripts: bool, lead: int, top: bool = T
         arity = ARITY.get(node.func.id)
         if (len(node.args) != arity) if arity else len(node.args) < 2:
             raise bad(f"`{node.func.id}` with {len(node.args)} arguments")
+        if node.func.id == "itemsize":  # its argument names an operand, not a value
+            if not isinstance(node.args[0], ast.Name):
+                raise bad("`itemsize` of anything but an operand's name")
+            return
         for a in node.args:
             rec(a)
     elif isinstance(node, ast.Tuple) and top:
@@ -318,6 +331,13 @@ def _eval(node: ast.AST, env: Mapping[str, Any]) -> Any:
     if isinstance(node, ast.BoolOp):
         values = (_eval(v, env) for v in node.values)
         return all(values) if isinstance(node.op, ast.And) else any(values)
+    if isinstance(node, ast.Call) and node.func.id == "itemsize":
+        sizes, name = env.get(ITEMSIZES), node.args[0].id
+        if sizes is None:
+            raise NotEvaluable(ast.unparse(node))  # no dtypes here: only a call knows them
+        if name not in sizes:
+            raise ExprError("E301", f"`itemsize({name})`: `{name}` is not an operand or scratch buffer", node.col_offset)
+        return sizes[name]
     if isinstance(node, ast.Call):
         args = [_eval(a, env) for a in node.args]
         if node.func.id == "cdiv" and args[1] == 0:
@@ -421,8 +441,10 @@ class _Renamer(ast.NodeTransformer):
         return out
 
     def visit_Call(self, node: ast.Call) -> ast.AST:
-        self.generic_visit(node)
         name = node.func.id
+        if name == "itemsize":  # the call's dict of bytes per element
+            return ast.Subscript(ast.Name("_itemsize", ast.Load()), ast.Constant(node.args[0].id), ast.Load())
+        self.generic_visit(node)
         if name == "select" and not self.traced:
             return ast.IfExp(*node.args)
         if self.traced and name in self.TRACED:

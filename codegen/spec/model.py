@@ -393,6 +393,9 @@ class Variant:
     refs: Mapping[str, MemorySpace] = dataclasses.field(default_factory=dict)  # operand -> where (mesh kernels)
     mesh_loc: Location | None = None
     constraints: tuple = ()  # of Constraint: what this backend needs of dims and params
+    # Bytes of shared memory a program needs (Triton), over dims, params and itemsize(x): the
+    # author's estimate, which check, tune and the dispatcher hold to the GPU's limit.
+    shared_memory: Expr | None = None
 
     def mesh_axes(self, role: MeshRole) -> tuple:
         return tuple(a for a in self.mesh if a.role == role)
@@ -632,6 +635,15 @@ class _Parser:
             return None
         return dataclasses.replace(e, loc=self.doc.loc(at))
 
+    def sized_expr(self, value: Any, at: tuple) -> Expr | None:
+        """An expression that may also read itemsize(x) (a resource estimate)."""
+        try:
+            e = parse_expr(value, sizes=True)
+        except ExprError as err:
+            self.errors.append(Diagnostic(err.code, err.message, self.doc.text_loc(at, 0, err.col)))
+            return None
+        return dataclasses.replace(e, loc=self.doc.loc(at))
+
     def condition(self, value: Any, at: tuple) -> Expr | None:
         return self.expr(value, at)
 
@@ -794,6 +806,8 @@ class _Variants(_Parser):
                 refs=refs,
                 mesh_loc=self.doc.key_loc(mesh_at) if self._at(data, mesh_at) is not None else None,
                 constraints=self.constraints(over.get("constraints"), at + ("constraints",)),
+                shared_memory=(self.sized_expr(over["shared_memory"], at + ("shared_memory",))
+                               if "shared_memory" in over else None),
             )
         return out
 

@@ -6,7 +6,7 @@ by backend, shape bucket, dtype, jax version, kernel hash, params, how it was ti
 (alone, or `load: "sustained"` against the reference: `kspec tune --sustained`) and the
 case (shape) it ran, so that a bucket's config is chosen over all of its tuned shapes; the
 kernel hash covers what decides the generated kernel (not docs, cases or tolerances, nor which
-values a param offers the tuner, nor the reference or the inputs' test data: `init`, `kinds`), and
+values a param offers the tuner or a backend's shared-memory estimate, nor the reference or the inputs' test data: `init`, `kinds`), and
 entries whose hash differs from the spec's are stale: `kspec check` reports them and codegen
 ignores them. An entry tuned with a
 value the spec no longer offers is kept but not embedded. An entry timed against the reference
@@ -59,8 +59,10 @@ def kernel_sha(data: dict) -> str:
     if "params" in kept:
         kept["params"] = _params_view(kept["params"])
     if isinstance(kept.get("backends"), dict):
+        # A backend's `shared_memory` estimate decides which configs run, not what a config's kernel is.
         kept["backends"] = {
-            b: ({**v, "params": _params_view(v["params"])} if isinstance(v, dict) and "params" in v else v)
+            b: ({**{k: x for k, x in v.items() if k != "shared_memory"},
+                 **({"params": _params_view(v["params"])} if "params" in v else {})} if isinstance(v, dict) else v)
             for b, v in kept["backends"].items()
         }
     text = json.dumps(kept, sort_keys=True, separators=(",", ":"), default=str)
