@@ -185,3 +185,21 @@ def test_flash_attentions_estimates_meet_what_triton_asked_for(kernel):
                     assert estimate <= rules.HOPPER_SMEM_LIMIT, (dtype, D, cfg, estimate)
                 else:
                     assert estimate == refused, (dtype, D, cfg, estimate)
+
+
+@pytest.mark.parametrize("kernel", ["matmul", "matmul_bias_gelu"])
+def test_the_triton_matmuls_prune_what_triton_refused(kernel):
+    """Tuned at 8192^3 in bfloat16 on an H200, Triton refused only bm 256, bn 256, bk 64 at 4 stages
+    (262144 bytes requested); tune now prunes exactly those two configs (4 and 8 warps)."""
+    from kspec.codegen import tune as tn
+    from kspec.codegen.checks import instances
+
+    spec = pipeline.compile_spec(ROOT / "specs" / f"{kernel}.yaml").spec
+    variant = spec.variants["triton"]
+    case = next(c for c in spec.bench if c.name == "b8192")
+    assign = next(a for a in instances.dtype_assignments(spec, case) if a["x"] == "bfloat16")
+    kept, pruned = tn.prune(spec, variant, case, assign, tn.space(variant))
+    assert sorted((cfg["warps"], why) for cfg, why in pruned) == [
+        (w, f"E714: case `b8192` (triton): shared memory estimate 256 KiB (`(stages - 1 + 2 // itemsize(x)) * "
+            f"(bm * bk + bk * bn) * itemsize(x)`) exceeds 227 KiB per block on Hopper") for w in (4, 8)]
+    assert {(c["bm"], c["bn"], c["bk"], c["stages"]) for c, _ in pruned} == {(256, 256, 64, 4)}
