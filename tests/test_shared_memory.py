@@ -203,3 +203,10 @@ def test_the_triton_matmuls_prune_what_triton_refused(kernel):
         (w, f"E714: case `b8192` (triton): shared memory estimate 256 KiB (`(stages - 1 + 2 // itemsize(x)) * "
             f"(bm * bk + bk * bn) * itemsize(x)`) exceeds 227 KiB per block on Hopper") for w in (4, 8)]
     assert {(c["bm"], c["bn"], c["bk"], c["stages"]) for c, _ in pruned} == {(256, 256, 64, 4)}
+
+
+def test_an_estimate_that_is_no_integer_for_a_case_is_refused(tmp_path):
+    assert messages(tmp_path, with_triton('    shared_memory: "N * itemsize(x) // (bs - 8)"\n')) == [
+        "E303: case `c` (triton): shared_memory: division by zero in `N * itemsize(x) // (bs - 8)`"]
+    assert messages(tmp_path, with_triton('    shared_memory: "N * itemsize(x), bs"\n')) == [
+        "E303: case `c` (triton): shared_memory: `(N * itemsize(x), bs)` is (256, 8), not an integer"]

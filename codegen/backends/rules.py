@@ -364,30 +364,35 @@ def itemsizes(inst) -> dict:
     return sizes
 
 
-def declared_smem(inst) -> int | None:
+def declared_smem(inst):
     """The variant's own estimate of a program's shared memory (`shared_memory`) for the
-    instance, in bytes; None where it has none or it cannot be evaluated here."""
+    instance, in bytes (None where it has none); raises ExprError where it cannot be evaluated
+    for this case, NotEvaluable where only a call knows a value it reads."""
     e = inst.variant.shared_memory
-    if e is None:
-        return None
-    try:
-        value = e.eval({**inst.env, ITEMSIZES: itemsizes(inst)})
-    except (ExprError, NotEvaluable):
-        return None  # E301 and the like are check's (semantic) to report
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
+    return None if e is None else e.eval({**inst.env, ITEMSIZES: itemsizes(inst)})
 
 
 def _declared_smem(inst) -> list:
     """E714: the shared memory the backend's `shared_memory` estimates for a program is past what one
-    block may use on Hopper."""
-    total = declared_smem(inst)
-    if total is None or total <= HOPPER_SMEM_LIMIT:
+    block may use on Hopper (E303: the estimate is not an integer for the case)."""
+    e = inst.variant.shared_memory
+    try:
+        total = declared_smem(inst)
+    except NotEvaluable:
+        return []
+    except ExprError as err:
+        return [Diagnostic(err.code, f"{where(inst)}: shared_memory: {err.message}", e.loc)]
+    if total is None:
+        return []
+    if isinstance(total, bool) or not isinstance(total, int):
+        return [Diagnostic("E303", f"{where(inst)}: shared_memory: `{e.shown}` is {total!r}, not an integer", e.loc)]
+    if total <= HOPPER_SMEM_LIMIT:
         return []
     return [Diagnostic(
         "E714",
-        f"{where(inst)}: shared memory estimate {total // 1024} KiB (`{inst.variant.shared_memory.shown}`) "
+        f"{where(inst)}: shared memory estimate {total // 1024} KiB (`{e.shown}`) "
         f"exceeds {HOPPER_SMEM_LIMIT // 1024} KiB per block on Hopper",
-        inst.variant.shared_memory.loc,
+        e.loc,
         "use smaller blocks or fewer pipelining stages for this case")]
 
 

@@ -49,7 +49,7 @@ TEMPLATE_NAMES = frozenset({
     "contextlib", "crop", "differentiable", "importlib", "make_mesh", "manual_axis_type", "resolve",
     "satisfies_constraints", "select_backend", "select_sharded_backend", "whole", "whole_blocks",
     "KernelFallbackWarning", "UnsupportedCallError", "SLOWER", "GRAD_SPEEDUP", "check_call", "choose", "defaults",
-    "reference_gradient", "runnable", "slower", "why_not",
+    "reference_gradient", "runnable", "slower", "why_not", "itemsizes",
 })
 TEMPLATE_LOCALS = frozenset({"chosen", "mesh", "module", "num_sms", "options", "out", "params", "ran"})
 RESERVED = frozenset(
