@@ -490,9 +490,9 @@ def tune(
     case: Optional[List[str]] = typer.Option(None, "--case", help=CASE_HELP.format(what="bench cases")),
     strategy: str = typer.Option(
         "exhaustive", "--strategy",
-        help="exhaustive (every config), random (a seeded sample) or guided (a first batch ranked by a static "
-             "score of the blocks, the default config first among equals, then batches around the fastest so far; "
-             "see `kspec docs tune`).",
+        help="exhaustive (every config), random (a seeded sample) or guided (a first batch of the configs chosen "
+             "at the nearest tuned buckets, then ranked by a static score of the blocks, the default config first "
+             "among equals, then batches around the fastest so far; see `kspec docs tune`).",
     ),
     budget_trials: Optional[int] = typer.Option(
         None, "--budget-trials", min=1,

@@ -326,3 +326,32 @@ def test_short_calls_are_tuned_several_to_an_executable(monkeypatch):
         assert [r.status for r in rows] == ["pass", "pass"], [r.message for r in rows]
         assert all(r.extra["calls_per_executable"] == 8 and r.extra["ms"] > 0 for r in rows)
         assert all((r.extra.get("speedup") is not None) == sustained for r in rows)
+
+
+def test_guided_starts_from_the_configs_of_the_nearest_tuned_buckets():
+    """Tuning a family bucket by bucket, the guided search's first batch begins with the configs
+    chosen at the nearest tuned buckets: flash attention's H200 table (tuned over the llm family)
+    gives S 8192 H8 D128 the config of S 2048 H8 D128 (2 stages, 4 warps) first."""
+    from kspec.codegen.tune.case import CaseJob, _neighbours
+    from kspec.codegen.tune.store import Store
+
+    spec = pipeline.compile_spec(ROOT / "specs" / "flash_attention.yaml").spec
+    variant = spec.variants["triton"]
+    i, case = next((i, c) for i, c in enumerate(spec.sweep) if c.name == "llm_B2_S8192_H8_Hkv8_D128")
+    assign = next(iter(instances.dtype_assignments(spec, case)))
+    job = CaseJob(spec, variant, i, case, assign, "sweep", str(ROOT / "generated"), "NVIDIA H200", "0.11.2",
+                  strategy="guided", sustained=True)
+    store = Store(ROOT / "tuning", spec.name, "NVIDIA H200")
+    near = _neighbours(job, store, job.base())
+    assert near[0] == {"bq": 128, "bk": 64, "warps": 4, "stages": 2}  # S2048 H8 D128's
+    assert near[1] == {"bq": 128, "bk": 64, "warps": 8, "stages": 3}  # S8192 H8 D64's, as far by the distance
+    assert len(near) == len({tuple(b for b in e["bucket"]) for e in store.entries}) - 1  # every other bucket
+    from kspec.codegen.backends.devices import peak_for
+
+    kept = list(tn.space(variant))
+    scores = tn.scores(spec, variant, case, assign, kept, peak_for("NVIDIA H200"))
+    first = tn.search(kept, strategy="guided", budget=8, seed=5, scores=scores, neighbours=near)({})
+    assert first == near[:2]  # a third of the budget: the two nearest buckets' configs
+    # without them the first batch, by the static score, held neither
+    alone = tn.search(kept, strategy="guided", budget=8, seed=5, scores=scores)({})
+    assert len(alone) == 2 and near[0] not in alone and near[1] not in alone

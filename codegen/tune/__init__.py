@@ -114,13 +114,16 @@ def default_budget(strategy: str, size: int) -> int | None:
     return max(1, size // 3) if strategy == "guided" else None
 
 
-def search(configs: list, *, strategy: str, budget: int | None, seed: int, scores: list | None = None):
+def search(configs: list, *, strategy: str, budget: int | None, seed: int, scores: list | None = None,
+           neighbours: list | None = None):
     """The strategy as a function `next_batch(tried) -> [config, ...]`, [] when it is done.
     `tried`: {key(config): ms, or None for a config that failed}, every result so far (a resumed
-    run's too: they count against the budget). `scores` (guided): from `scores()`, per config."""
+    run's too: they count against the budget). `scores` (guided): from `scores()`, per config.
+    `neighbours` (guided): the configs best at the nearest tuned buckets, nearest first, which
+    lead its first batch."""
     budget = budget or default_budget(strategy, len(configs))
     if strategy == "guided":
-        return _Guided(configs, budget, seed, scores).next_batch
+        return _Guided(configs, budget, seed, scores, neighbours).next_batch
     order = list(configs)
     if strategy == "random":
         random.Random(seed).shuffle(order)
@@ -133,24 +136,28 @@ def _changes(a: dict, b: dict) -> int:
 
 
 class _Guided:
-    """First batch: a third of the budget, the best-scored configs, spread over each param's
-    values. Then batches of COMPILE_THREADS untried configs: those within REACH param changes of
+    """First batch: a third of the budget, the configs best at the nearest tuned buckets of the same
+    kernel, backend and dtypes (nearest first, those the space offers), then the best-scored configs,
+    spread over each param's values. Then batches of COMPILE_THREADS untried configs: those within REACH param changes of
     the fastest timed, then of the second, ... of the LEADERS fastest, each group closest to the
     leaders together first (fewest changes summed over them), then by score; the rest last, by
     score. Ties go by a seeded random draw: the same seed and results give the same batch."""
 
-    def __init__(self, configs: list, budget: int, seed: int, scores: list | None):
+    def __init__(self, configs: list, budget: int, seed: int, scores: list | None, neighbours: list | None = None):
         rng = random.Random(seed)
         self.configs, self.budget = configs, min(budget, len(configs))
         self.rank = [(s, rng.random()) for s in (scores or [()] * len(configs))]
-        self.first = self._spread(max(1, budget // 3))
+        where = {key(c): i for i, c in enumerate(configs)}
+        seeded = list(dict.fromkeys(where[key(c)] for c in neighbours or () if key(c) in where))
+        self.first = self._spread(max(1, budget // 3), seeded[: max(1, budget // 3)])
 
-    def _spread(self, n: int) -> list:
-        """n configs, best score first; among equal scores, the one whose values were picked least
-        so far, then the farthest from those picked."""
-        picked, seen = [], Counter()
-        nearest = [math.inf] * len(self.configs)  # param changes to the nearest picked config
-        left = set(range(len(self.configs)))
+    def _spread(self, n: int, seeded: list = ()) -> list:
+        """n configs: `seeded` (indices) first, then the best score first; among equal scores, the one
+        whose values were picked least so far, then the farthest from those picked."""
+        picked, seen = list(seeded), Counter(kv for i in seeded for kv in self.configs[i].items())
+        nearest = [min((_changes(c, self.configs[i]) for i in seeded), default=math.inf) for c in self.configs]
+        left = set(range(len(self.configs))) - set(seeded)
+        n -= len(picked)
         for _ in range(min(n, len(left))):
             i = min(left, key=lambda j: (self.rank[j][0], sum(seen[kv] for kv in self.configs[j].items()),
                                          -nearest[j], self.rank[j][1]))

@@ -16,6 +16,7 @@ from kspec.codegen import tune as tn
 from kspec.codegen.backends.devices import peak_for
 from kspec.codegen.run.tasks import BenchTask, Result, TuneTask
 from kspec.codegen.spec import tuning as tg
+from kspec.templates import runtime as _runtime
 
 
 @dataclasses.dataclass(frozen=True)
@@ -90,7 +91,9 @@ def tune_case(job: CaseJob, store, done: set, run: Callable[[TuneTask, int, int]
     tried = {wanted[tg.key(e)]: tg.cost(e) for e in store.entries if tg.key(e) in wanted}
     scores = (tn.scores(spec, variant, job.case, job.assign, kept, peak_for(job.device))
               if job.strategy == "guided" else None)
-    next_batch = tn.search(kept, strategy=job.strategy, budget=job.budget, seed=job.seed, scores=scores)
+    neighbours = _neighbours(job, store, base) if job.strategy == "guided" else None
+    next_batch = tn.search(kept, strategy=job.strategy, budget=job.budget, seed=job.seed, scores=scores,
+                           neighbours=neighbours)
     todo = next_batch(tried)  # exhaustive and random name all their configs at once
     planned = len(todo)
     if job.strategy == "guided":  # one batch at a time, up to its budget
@@ -117,6 +120,19 @@ def tune_case(job: CaseJob, store, done: set, run: Callable[[TuneTask, int, int]
         started += len(todo)
         todo = next_batch(tried)
     return _report(job, store, base, say)
+
+
+def _neighbours(job: CaseJob, store, base: dict) -> list:
+    """The configs chosen at the other tuned buckets of this job's table (backend, dtypes and untuned
+    params; timed the same way), nearest bucket first by the distance a generated package looks
+    configs up by: where a family is tuned bucket by bucket, the guided search starts from them."""
+    offered = tg.choices_of({job.variant.backend: job.variant})
+    backend, dtype, here, fixed = tg.table_key(base)
+    others = [e for e in store.entries if tg.table_key(e)[:2] == (backend, dtype) and tg.fixed(e) == fixed
+              and tuple(e["bucket"]) != here and tg.usable(e, job.spec.kernel_sha, offered)
+              and tg.how_timed(e) == tg.how_timed(base)]
+    chosen = tg.picks(others, job.spec.kernel_sha, offered, base.get("reference_sha"))
+    return [p.params for k, p in sorted(chosen.items(), key=lambda kp: (_runtime.distance(kp[0][2], here), kp[0][2]))]
 
 
 def _report(job: CaseJob, store, base: dict, say) -> bool:
