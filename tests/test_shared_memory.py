@@ -18,15 +18,9 @@ from kspec.codegen import project as pipeline
 from kspec.codegen.emit import render
 from kspec.codegen.spec import tuning as tg
 from conftest import VALID_SPEC, mutate
+from test_surface import compiled
 
 ROOT = Path(__file__).resolve().parent.parent
-
-
-def compiled(tmp_path: Path, text: str):
-    path = tmp_path / "specs" / "s.yaml"
-    path.parent.mkdir(exist_ok=True)
-    path.write_text(text)
-    return pipeline.compile_spec(path)
 
 
 def messages(tmp_path: Path, text: str) -> list:

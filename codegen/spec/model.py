@@ -627,18 +627,10 @@ class _Parser:
         self.doc = doc
         self.errors: list[Diagnostic] = errors
 
-    def expr(self, value: Any, at: tuple) -> Expr | None:
+    def expr(self, value: Any, at: tuple, sizes: bool = False) -> Expr | None:
+        """An expression (`sizes`: one that may also read itemsize(x), a resource estimate)."""
         try:
-            e = parse_expr(value)
-        except ExprError as err:
-            self.errors.append(Diagnostic(err.code, err.message, self.doc.text_loc(at, 0, err.col)))
-            return None
-        return dataclasses.replace(e, loc=self.doc.loc(at))
-
-    def sized_expr(self, value: Any, at: tuple) -> Expr | None:
-        """An expression that may also read itemsize(x) (a resource estimate)."""
-        try:
-            e = parse_expr(value, sizes=True)
+            e = parse_expr(value, sizes=sizes)
         except ExprError as err:
             self.errors.append(Diagnostic(err.code, err.message, self.doc.text_loc(at, 0, err.col)))
             return None
@@ -806,7 +798,7 @@ class _Variants(_Parser):
                 refs=refs,
                 mesh_loc=self.doc.key_loc(mesh_at) if self._at(data, mesh_at) is not None else None,
                 constraints=self.constraints(over.get("constraints"), at + ("constraints",)),
-                shared_memory=(self.sized_expr(over["shared_memory"], at + ("shared_memory",))
+                shared_memory=(self.expr(over["shared_memory"], at + ("shared_memory",), sizes=True)
                                if "shared_memory" in over else None),
             )
         return out
