@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 from pathlib import Path
 
 from kspec.codegen.checks import semantic as checks
@@ -156,6 +157,50 @@ def stale_tuning(spec: model.KernelSpec, path: Path, backward: tuple = ()) -> li
                     severity="warning",
                 )
             )
+        out += _smem_estimates_met(spec, entries, where)
+    return out
+
+
+# What Triton's error gives when a program needs more shared memory than a block may have: through
+# XLA (`Shared memory size limit exceeded: requested N, available: M`) or from Triton itself.
+_SMEM_REFUSED = re.compile(r"Shared memory size limit exceeded: requested (\d+)|out of resource: shared memory, Required: (\d+)")
+
+
+def _smem_estimates_met(spec: model.KernelSpec, entries: list, where: Path) -> list:
+    """W903: a current entry whose config Triton refused for want of shared memory (the bytes its error
+    gave) where the backend's `shared_memory` estimate, at that entry's case and dtypes, said it fits:
+    the estimate is too low, and the nearest-bucket lookup and auto may hand calls configs that fail."""
+    from kspec.codegen.backends import rules
+    from kspec.codegen.checks import instances
+    from kspec.codegen.spec.expr import ExprError, NotEvaluable
+
+    out = []
+    cases = {c.name: c for c in (*spec.cases, *spec.bench, *spec.sweep)}
+    for e in entries:
+        found = _SMEM_REFUSED.search(e.get("message") or "")
+        variant, case = spec.variants.get(e.get("backend")), cases.get(e.get("case"))
+        if (not found or variant is None or variant.shared_memory is None or case is None
+                or e.get("kernel_sha") != spec.kernel_sha):
+            continue
+        asked = int(found.group(1) or found.group(2))
+        trial = dataclasses.replace(case, params={**case.params, **e.get("params", {})})
+        for assign in instances.dtype_assignments(spec, case):
+            if tuning.case_dtype_label(spec, case, assign) != e.get("dtype"):
+                continue
+            inst, _ = instances.instantiate(spec.kernel_view, variant, trial, assign, [0])
+            try:
+                estimate = rules.declared_smem(inst) if inst is not None else None
+            except (ExprError, NotEvaluable):
+                estimate = None
+            if isinstance(estimate, int) and estimate < asked and estimate <= rules.HOPPER_SMEM_LIMIT:
+                out.append(Diagnostic(
+                    "W903",
+                    f"{e['backend']}: case `{case.name}` {e['dtype']} {e['params']}: Triton asked for {asked} bytes of "
+                    f"shared memory, where the backend's shared_memory estimate gives {estimate}",
+                    Location(str(where)),
+                    f"raise the estimate in {spec.name}'s `backends.{e['backend']}.shared_memory` to cover this config",
+                    severity="warning"))
+            break
     return out
 
 

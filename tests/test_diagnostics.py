@@ -363,7 +363,7 @@ ERRORS = sorted(c for c in CODES if c.startswith("E") and c not in ELSEWHERE)
 def test_every_code_has_a_case():
     assert sorted(SPECS) == ERRORS, "give every error code in CODES a bad spec in SPECS"
     assert sorted(EXPECTED) == ERRORS, "pin every code's text in EXPECTED"
-    assert [c for c in CODES if not c.startswith("E")] == ["W900", "W901", "W902"], "warnings get their own tests below"
+    assert [c for c in CODES if not c.startswith("E")] == ["W900", "W901", "W902", "W903"], "warnings get their own tests below"
     here = Path(__file__).resolve().parent
     for code, where in ELSEWHERE.items():
         assert f"error[{code}]: " in (here / where).read_text(encoding="utf-8"), (code, where)
@@ -384,6 +384,34 @@ def test_stale_tuning_entries_are_a_warning(kspec, write_spec, tmp_path):
         "1 spec(s) OK",
     ]
     assert r.rc == 0
+
+
+def test_an_estimate_below_what_triton_asked_for_is_a_warning(kspec, write_spec, tmp_path):
+    """W903: Triton refused a config for want of shared memory that the backend's estimate said fits."""
+    from kspec.codegen import project as pipeline
+
+    spec = RAGGED + ("backends:\n  interpret:\n  triton:\n    params:\n      bs: {default: 8, choices: [8, 16]}\n"
+                     "    shared_memory: \"bs * itemsize(x)\"\n")
+    path = write_spec(spec)
+    sha = pipeline.compile_spec(tmp_path / path).spec.kernel_sha
+    table = tmp_path / "tuning" / "tiny" / "NVIDIA_H200.json"
+    table.parent.mkdir(parents=True)
+    entry = {"backend": "triton", "bucket": [64], "case": "c", "dtype": "float32", "jax_version": "0.11.2",
+             "kernel_sha": sha, "params": {"bs": 8}, "status": "error", "ms": None,
+             "message": "JaxRuntimeError: RESOURCE_EXHAUSTED: Shared memory size limit exceeded: requested 262144, "
+                        "available: 232448, context: []"}
+    table.write_text(json.dumps({"kernel": "tiny", "device_kind": "NVIDIA H200", "entries": [entry]}))
+    r = kspec("check", "specs/tiny.yaml")
+    assert r.out.splitlines()[:2] == [
+        "tuning/tiny/NVIDIA_H200.json:1:1: warning[W903]: triton: case `c` float32 {'bs': 8}: Triton asked for 262144 "
+        "bytes of shared memory, where the backend's shared_memory estimate gives 32",
+        "  = help: raise the estimate in tiny's `backends.triton.shared_memory` to cover this config",
+    ]
+    assert r.rc == 0
+    # an estimate that covers it: no warning
+    write_spec(spec.replace("bs * itemsize(x)", "bs * itemsize(x) * 32768"))
+    entry["kernel_sha"] = sha
+    assert "W903" not in kspec("check", "specs/tiny.yaml").out
 
 
 def test_a_tunable_param_no_kernel_reads_is_a_warning(kspec, write_spec):

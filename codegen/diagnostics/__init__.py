@@ -122,6 +122,7 @@ CODES: dict[str, str] = {
     "W900": "stale tuning entries",
     "W901": "tunable param that a backend's kernel never reads",
     "W902": "cdiv grid axis that no case makes ragged",
+    "W903": "shared-memory estimate below what Triton asked for",
 }
 
 # Warnings about a spec's cases rather than its kernel: `kspec check` shows them; generate, verify,
