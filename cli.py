@@ -410,6 +410,9 @@ def bench(
     family: Optional[List[str]] = typer.Option(None, "--family", help="With --sweep: only these families (repeatable)."),
     grad: bool = typer.Option(False, "--grad", help="Time the forward and backward pass (jax.vjp through the spec's `vjp:` kernels) against XLA's autodiff of the reference and of each competitor; specs without `vjp:` are skipped."),
     shard: Optional[str] = typer.Option(None, "--shard", callback=_shard_option, help=SHARD_HELP),
+    budget_seconds: Optional[float] = typer.Option(
+        None, "--budget-seconds", min=1,
+        help="Start no new task after this long: the reports cover what was timed, and the JSON says partial."),
 ) -> None:
     """Time each kernel x backend x bench case against its XLA reference and the spec's competitors, side by side."""
     import datetime
@@ -452,11 +455,16 @@ def bench(
                 if json_path and str(json_path) != "-":
                     _write_report(json_path, json.dumps(dict(meta, partial=True, results=_rows(rows)), indent=2) + "\n")
 
-            rows = _rows(_run_with_progress(session, tasks, on_row=partial))
+            rows = _rows(_run_with_progress(session, tasks, on_row=partial, budget=budget_seconds))
             skipped = _rows(skipped)
         finally:
             session.close()
+        left = len(tasks) - len(rows)
+        if left:  # --budget-seconds: what was timed, said to be part of the run
+            meta["partial"] = True
         report = bn.markdown(rows, meta=meta)
+        if left:
+            report += f"\nTime budget spent: {len(rows)} of {len(tasks)} tasks timed, {left} not started.\n"
         if sweep:
             summary = bn.sweep_summary(rows + skipped)
             report += "\n" + bn.sweep_markdown(summary)
@@ -833,9 +841,15 @@ def _start_run(paths, backends, seed, timeout, devices=None, cases=None, case_ki
     return results, session, seed
 
 
-def _run_with_progress(session, tasks: list, on_row=None) -> list:
+def _run_with_progress(session, tasks: list, on_row=None, budget: float | None = None, clock=None) -> list:
     """Run tasks, with a progress bar on a terminal and a line per finished task otherwise;
-    `on_row(rows)` is called with the rows so far after each task."""
+    `on_row(rows)` is called with the rows so far after each task. `budget`: seconds (by `clock`,
+    time.monotonic) after which no new task starts; the rows of those that ran are returned."""
+    import time
+
+    clock = clock or time.monotonic
+    started = clock()
+    spent = lambda: budget is not None and clock() - started >= budget  # noqa: E731
     out = []
     if sys.stderr.isatty():
         from rich.progress import Progress
@@ -843,6 +857,8 @@ def _run_with_progress(session, tasks: list, on_row=None) -> list:
         with Progress(transient=True) as progress:
             bar = progress.add_task("verifying", total=len(tasks))
             for task in tasks:
+                if spent():
+                    break
                 progress.update(bar, description=task.label)
                 out.append(session.run(task))
                 progress.advance(bar)
@@ -850,6 +866,8 @@ def _run_with_progress(session, tasks: list, on_row=None) -> list:
                     on_row(out)
         return out
     for i, task in enumerate(tasks, 1):
+        if spent():
+            break
         out.append(session.run(task))
         typer.echo(f"[{i}/{len(tasks)}] {out[-1].status:5} {task.label}", err=True)
         if on_row:

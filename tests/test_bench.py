@@ -263,3 +263,28 @@ def test_short_calls_are_timed_several_to_an_executable_and_still_checked(monkey
     assert sorted(raw) == ["copy", "kernel", "reference"]
     assert all(len(v) == 3 and min(v) > 0 for v in raw.values())
     assert figures["ms"] == pytest.approx(statistics.median(raw["kernel"]))
+
+
+def test_a_time_budget_starts_no_task_past_it():
+    """--budget-seconds: the tasks started before the budget is spent run to the end; no task starts
+    after it (a clock that moves 10 s per task, a budget of 25 s: three tasks run)."""
+    from kspec.cli import _run_with_progress
+
+    now = [0.0]
+
+    import types
+
+    class Session:  # runs a task by advancing the clock
+        def run(self, task):
+            now[0] += 10.0
+            return types.SimpleNamespace(status="pass", label=task.label)
+
+    class Task:
+        def __init__(self, i):
+            self.label = f"t{i}"
+
+    seen = []
+    rows = _run_with_progress(Session(), [Task(i) for i in range(6)], on_row=lambda r: seen.append(len(r)),
+                              budget=25.0, clock=lambda: now[0])
+    assert [r.label for r in rows] == ["t0", "t1", "t2"] and seen == [1, 2, 3]
+    assert len(_run_with_progress(Session(), [Task(i) for i in range(6)], clock=lambda: now[0])) == 6
