@@ -271,6 +271,8 @@ def itemsizes(spec: KernelSpec, variant: Variant) -> list:
 
     def of(o) -> str:
         if o.role == Role.INPUT and o.follows is None and not o.kernel:
+            if o.optional:  # a call may leave it out (None): its first declared dtype then
+                return f"(jnp.dtype({o.name}.dtype).itemsize if {o.name} is not None else {dt.itemsize(o.dtypes[0])!r})"
             return f"jnp.dtype({o.name}.dtype).itemsize"
         if o.follows is not None:
             return of(by_name[o.follows])
