@@ -107,7 +107,7 @@ def shared_memory_limit():
     import jax
 
     capability = str(getattr(jax.devices()[0], "compute_capability", "9.0"))
-    return SHARED_MEMORY_PER_BLOCK.get(capability, 227 << 10)
+    return SHARED_MEMORY_PER_BLOCK.get(capability, SHARED_MEMORY_PER_BLOCK["9.0"])
 
 
 def tpu_packing(dtype):

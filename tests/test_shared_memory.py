@@ -55,7 +55,8 @@ def test_the_estimate_renders_over_the_calls_itemsizes(tmp_path):
     assert "if not ((N * bs * _itemsize['x']) <= _runtime.shared_memory_limit()):" in dispatch
     tuning = files["_tuning.py"]
     assert "def itemsizes(inputs):" in tuning and "return {'x': jnp.dtype(x.dtype).itemsize}" in tuning
-    assert "(_itemsize is None or (N * bs * _itemsize['x']) <= _runtime.shared_memory_limit())" in tuning
+    assert "def satisfies_constraints(backend, N, params, _itemsize):" in tuning
+    assert "return ((N * bs * _itemsize['x']) <= _runtime.shared_memory_limit())" in tuning
 
 
 def test_the_estimate_is_not_part_of_the_kernels_hash(tmp_path):
@@ -113,7 +114,7 @@ def test_a_nearer_tuned_config_that_does_not_fit_is_passed_over(monkeypatch):
     monkeypatch.setitem(_tuning.TABLE, key(16), far)
     assert resolve(128) == far
     assert not _tuning.satisfies_constraints("triton", 1, 256, 2, 128, 2, dict(DQ_CONFIG, causal=False),
-                                             _itemsize=_tuning.itemsizes(dq_inputs(128)))
+                                             _tuning.itemsizes(dq_inputs(128)))
 
 
 def test_tune_prunes_the_configs_past_the_limit():

@@ -20,13 +20,14 @@ from kspec.codegen.spec import dtypes as dt
 from kspec.codegen.diagnostics import Diagnostic
 from kspec.codegen.spec.expr import ITEMSIZES, ExprError, NotEvaluable
 from kspec.codegen.spec.model import DimKind, MemorySpace, MeshRole, ScratchKind, SpecKind
+from kspec.templates import runtime as _runtime
 
 # Mosaic TPU blocks in these memory spaces are not pipelined through VMEM: no tiling rule, no VMEM copies
 OUTSIDE_VMEM = (MemorySpace.ANY, MemorySpace.HBM, MemorySpace.SMEM)
 TPU_DEFAULT_VMEM_LIMIT = 16 * 1024 * 1024  # Mosaic's default scoped VMEM limit (v4/v5e)
 TPU_BUFFERS = 2  # BlockSpec inputs and outputs are double-buffered unless pipeline_mode says otherwise
 TPU_LOWERED_BUFFERS = (1, 2)  # what Mosaic TPU's pallas_call pipeline lowers (jax 0.10.2)
-HOPPER_SMEM_LIMIT = 227 * 1024
+HOPPER_SMEM_LIMIT = _runtime.SHARED_MEMORY_PER_BLOCK["9.0"]  # what the generated dispatchers hold Hopper to
 TMA_MAX_BLOCK_DIM = 256
 TRITON_MIN_DOT = 16
 DOT_FUNCTIONS = {"dot", "matmul", "dot_general"}

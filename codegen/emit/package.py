@@ -73,7 +73,7 @@ def tuning(sig: Signature, tuned: dict, linked: tuple = ()) -> dict:
     constraint_params = sorted(read(sig.spec.constraints))
     constraints = conjunction(sig.spec.constraints)
     # A backend's own constraints hold for its tuned configs too, and so does the shared memory it declares,
-    # where the caller gives the call's itemsizes: [(backend, the other params they read, source)]
+    # at the call's itemsizes: [(backend, the other params they read, source)]
     backend_constraints, sizes = [], {}
     kernel = sig.spec.kernel_view
     for b, v in sig.spec.variants.items():
@@ -83,7 +83,7 @@ def tuning(sig: Signature, tuned: dict, linked: tuple = ()) -> dict:
         names = read(v.constraints) | (set(v.shared_memory.names) - set(sig.spec.dims) if smem else set())
         source = conjunction(v.constraints) if v.constraints else ""
         if smem is not None:
-            source = (source + " and " if source else "") + f"(_itemsize is None or {smem.condition})"
+            source = (source + " and " if source else "") + f"({smem.condition})"
             sizes.update((n, src) for n, src in rq.itemsizes(kernel, v) if n in v.shared_memory.sized)
         backend_constraints.append((b, sorted(names - set(constraint_params)), source))
     return dict(

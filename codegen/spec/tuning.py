@@ -50,6 +50,17 @@ def _params_view(params):
     return view
 
 
+def _backend_view(backend):
+    """A backend's overrides as the kernel sees them: its params as `_params_view` has them, and without
+    its `shared_memory` estimate, which decides which configs run, not what a config's kernel is."""
+    if not isinstance(backend, dict):
+        return backend
+    view = {k: v for k, v in backend.items() if k != "shared_memory"}
+    if "params" in view:
+        view["params"] = _params_view(view["params"])
+    return view
+
+
 def kernel_sha(data: dict) -> str:
     """Hash of the spec parts that decide the generated kernel code."""
     kept = {k: v for k, v in data.items() if k not in _NOT_KERNEL}
@@ -59,12 +70,7 @@ def kernel_sha(data: dict) -> str:
     if "params" in kept:
         kept["params"] = _params_view(kept["params"])
     if isinstance(kept.get("backends"), dict):
-        # A backend's `shared_memory` estimate decides which configs run, not what a config's kernel is.
-        kept["backends"] = {
-            b: ({**{k: x for k, x in v.items() if k != "shared_memory"},
-                 **({"params": _params_view(v["params"])} if "params" in v else {})} if isinstance(v, dict) else v)
-            for b, v in kept["backends"].items()
-        }
+        kept["backends"] = {b: _backend_view(v) for b, v in kept["backends"].items()}
     text = json.dumps(kept, sort_keys=True, separators=(",", ":"), default=str)
     return hashlib.sha256(text.encode()).hexdigest()
 

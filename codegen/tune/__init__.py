@@ -147,9 +147,9 @@ class _Guided:
         rng = random.Random(seed)
         self.configs, self.budget = configs, min(budget, len(configs))
         self.rank = [(s, rng.random()) for s in (scores or [()] * len(configs))]
-        where = {key(c): i for i, c in enumerate(configs)}
+        where, first = {key(c): i for i, c in enumerate(configs)}, max(1, budget // 3)
         seeded = list(dict.fromkeys(where[key(c)] for c in neighbours or () if key(c) in where))
-        self.first = self._spread(max(1, budget // 3), seeded[: max(1, budget // 3)])
+        self.first = self._spread(first, seeded[:first])
 
     def _spread(self, n: int, seeded: list = ()) -> list:
         """n configs: `seeded` (indices) first, then the best score first; among equal scores, the one
