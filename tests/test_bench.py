@@ -288,3 +288,23 @@ def test_a_time_budget_starts_no_task_past_it():
                               budget=25.0, clock=lambda: now[0])
     assert [r.label for r in rows] == ["t0", "t1", "t2"] and seen == [1, 2, 3]
     assert len(_run_with_progress(Session(), [Task(i) for i in range(6)], clock=lambda: now[0])) == 6
+
+
+def test_a_row_whose_probe_read_long_but_whose_rounds_read_short_is_sampled_again_several_to_an_executable(monkeypatch):
+    """The warm probe reads a call long where the host is busy (another thread holding Python's lock),
+    so it picks one call to an executable; the rounds, back-to-back calls, read it short: the row is
+    sampled again k calls to an executable (timing.read_short). A probe that reads 10 s, SHORT_S 5 s:
+    every call here reads short in the rounds."""
+    from kspec.codegen.run import timing, worker
+    from kspec.codegen.run.tasks import BenchTask
+
+    monkeypatch.setattr(timing, "SHORT_S", 5.0)
+    monkeypatch.setattr(timing, "warm_call_s", lambda fn, args: 10.0)
+    task = BenchTask(spec_path=str(ROOT / "specs" / "add.yaml"), kernel="add", backend="interpret", case="ragged",
+                     case_index=1, dtypes=(("x", "float32"), ("y", "float32"), ("o", "float32")), dtype_label="float32", seed=3,
+                     out_root=str(ROOT / "generated"), samples=3)
+    row = worker.run_task(task)
+    assert row.status == "pass", row.message
+    assert row.extra["input_copies"] == 8 and row.extra["calls_per_executable"] == 8
+    assert timing.read_short({"a": [1.0, 2.0, 3.0], "b": [9.0, 9.0, 9.0]})  # the fastest's median, 2 s
+    assert not timing.read_short({"a": [6.0, 5.5, 9.0]})

@@ -328,6 +328,26 @@ def test_short_calls_are_tuned_several_to_an_executable(monkeypatch):
         assert all((r.extra.get("speedup") is not None) == sustained for r in rows)
 
 
+def test_a_config_whose_probe_read_long_but_whose_samples_read_short_is_tuned_several_to_an_executable(monkeypatch):
+    """The warm probe reads the host where it is busy (timing.read_short): a probe that reads 10 s with
+    SHORT_S at 5 s picks one call to an executable, the samples read every call short, and each config is
+    sampled again 8 calls to an executable, alone and sustained."""
+    from kspec.codegen.run import timing, worker
+    from kspec.codegen.run.tasks import TuneTask
+
+    monkeypatch.setattr(timing, "SHORT_S", 5.0)
+    monkeypatch.setattr(timing, "warm_call_s", lambda fn, args: 10.0)
+    monkeypatch.setattr("kspec.codegen.run.bench.SUSTAIN_S", 0.1)
+    for sustained in (False, True):
+        task = TuneTask(spec_path=str(ROOT / "specs" / "add.yaml"), kernel="add", backend="interpret", case="ragged",
+                        case_index=1, dtypes=(("x", "float32"), ("y", "float32"), ("o", "float32")),
+                        dtype_label="float32", seed=7, out_root=str(ROOT / "generated"), samples=3,
+                        sustained=sustained, configs=((("bm", 8), ("bn", 128)),))
+        rows = list(worker.tune_task(task))
+        assert [r.status for r in rows] == ["pass"], [r.message for r in rows]
+        assert rows[0].extra["calls_per_executable"] == 8
+
+
 def test_guided_starts_from_the_configs_of_the_nearest_tuned_buckets():
     """Tuning a family bucket by bucket, the guided search's first batch begins with the configs
     chosen at the nearest tuned buckets: flash attention's H200 table (tuned over the llm family)

@@ -65,6 +65,16 @@ def calls_per_executable(fastest_s: float, copies: int) -> int:
     return k if fastest_s < SHORT_S and k >= 2 else 1
 
 
+def read_short(times: dict) -> bool:
+    """Whether the rounds of a comparison timed one call to an executable read its fastest function's
+    call shorter than SHORT_S: then the warm probe that chose one call (`warm_call_s`, a blocking call)
+    read long because the host was busy, not the device (a thread that waits on the device gets the GIL
+    back only when another thread lets go of it: up to the 5 ms switch interval while another thread,
+    such as one compiling the next config, runs Python), and the comparison is sampled again k calls to
+    an executable, as a short call is."""
+    return min(statistics.median(v) for v in times.values()) < SHORT_S
+
+
 def batched(fn, k: int):
     """A function of k argument lists one after another (each as long as fn takes) that calls fn on
     each and returns the k results as a tuple: every call's outputs are returned, so none is dead code."""
