@@ -67,11 +67,11 @@ def calls_per_executable(fastest_s: float, copies: int) -> int:
 
 def read_short(times: dict) -> bool:
     """Whether the rounds of a comparison timed one call to an executable read its fastest function's
-    call shorter than SHORT_S: then the warm probe that chose one call (`warm_call_s`, a blocking call)
-    read long because the host was busy, not the device (a thread that waits on the device gets the GIL
-    back only when another thread lets go of it: up to the 5 ms switch interval while another thread,
-    such as one compiling the next config, runs Python), and the comparison is sampled again k calls to
-    an executable, as a short call is."""
+    call shorter than SHORT_S. The warm probe that chose one call (`warm_call_s`) times each call to its
+    end, the host's round trip with it: the dispatch, the wait on the device, and getting Python's lock
+    back, which another thread (a tune task's, compiling the next configs) may hold for up to the 5 ms
+    switch interval. So it can read long a call that the rounds, back-to-back calls, read short; then the
+    comparison is sampled again k calls to an executable, as a short call is."""
     return min(statistics.median(v) for v in times.values()) < SHORT_S
 
 
