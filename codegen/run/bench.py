@@ -77,29 +77,15 @@ def _compile(fn, args) -> tuple:
     return compiled, time.perf_counter() - start
 
 
-def _calls(timed: dict, k: int | None = None) -> tuple:
-    """({name: a no-argument call for timing.sample}, calls per executable) for the functions of one
-    comparison, `timed` {name: (function, its compiled executable, the input sets it rotates over)}:
-    k calls to an executable for every function where the fastest is short (`_per_executable`), or
-    the k given."""
-    if k is None:
-        k = _per_executable([(compiled, sets) for _, compiled, sets in timed.values()])
-    return {name: _rotation(fn, compiled, sets, k) for name, (fn, compiled, sets) in timed.items()}, k
-
-
 def _sample(timed: dict, samples: int) -> tuple:
-    """(times, calls per executable): the rounds of one comparison (`_calls`, timing.sample); sampled
-    again k calls to an executable where its rounds read short what the warm probe read long
-    (timing.read_short)."""
-    calls, k = _calls(timed)
-    times = timing.sample(calls, samples=samples, calls_per_executable=k)
-    if k == 1 and timing.read_short(times):
-        fastest = min(min(v) for v in times.values())
-        again = timing.calls_per_executable(fastest, min(len(sets) for _, _, sets in timed.values()))
-        if again > 1:
-            calls, k = _calls(timed, again)
-            times = timing.sample(calls, samples=samples, calls_per_executable=k)
-    return times, k
+    """(times, calls per executable): the rounds of one comparison, `timed` {name: (function, its compiled
+    executable, the input sets it rotates over)}, each function k calls to an executable, k from the warm
+    probe (`_per_executable`) or, where the rounds read short what it read long, again
+    (timing.sample_rounds)."""
+    k = _per_executable([(compiled, sets) for _, compiled, sets in timed.values()])
+    return timing.sample_rounds(
+        lambda k: {name: _rotation(fn, compiled, sets, k) for name, (fn, compiled, sets) in timed.items()}, k,
+        lambda: min(len(sets) for _, _, sets in timed.values()), samples=samples)
 
 
 def _per_executable(timed: list) -> int:
@@ -395,7 +381,7 @@ def _grad_competitors(task, prep, platform: str, found):
 def _competitors(task, prep, platform: str, check_outputs):
     """(name, (its function, compiled)) for each of the spec's competitors that runs on this platform
     and computes what the reference does (the function is kept to compile it again, k calls to an
-    executable, where calls are short: `_calls`); (name, its row entry) for the others, with why."""
+    executable, where calls are short: `_sample`); (name, its row entry) for the others, with why."""
     import sys
 
     import jax
@@ -461,7 +447,7 @@ def _copy_elements(nbytes: int) -> int:
 
 def _copy_timed(nbytes: int, copies: int) -> tuple:
     """The copy of the kernel's bytes, rotated over as many arrays as the kernel's input sets: the
-    copy ceiling in the kernel's own rounds. (function, compiled, the arrays' sets), as `_calls` takes."""
+    copy ceiling in the kernel's own rounds. (function, compiled, the arrays' sets), as `_sample` takes."""
     import jax.numpy as jnp
 
     n = _copy_elements(nbytes)
@@ -551,14 +537,10 @@ def tune(task, prep, check_outputs, describe):
                     # the other input sets are made only then: at large shapes they may not fit.
                     once = timing.warm_call_s(compiled, prep.inputs)
                     k = timing.calls_per_executable(once, len(input_sets())) if once < timing.SHORT_S else 1
-                    call = (functools.partial(compiled, *prep.inputs) if k == 1
-                            else _rotation(fn, compiled, input_sets(), k))
-                    times = timing.sample({"kernel": call}, samples=task.samples, warm_s=0.1, calls_per_executable=k)
-                    if k == 1 and timing.read_short(times):  # the probe read the host, busy (timing.read_short)
-                        k = timing.calls_per_executable(min(times["kernel"]), len(input_sets()))
-                        if k > 1:
-                            times = timing.sample({"kernel": _rotation(fn, compiled, input_sets(), k)},
-                                                  samples=task.samples, warm_s=0.1, calls_per_executable=k)
+                    times, k = timing.sample_rounds(
+                        lambda k: {"kernel": functools.partial(compiled, *prep.inputs) if k == 1
+                                   else _rotation(fn, compiled, input_sets(), k)},
+                        k, lambda: len(input_sets()), samples=task.samples, warm_s=0.1)
                     row = row.updated(ms=timing.stats(times["kernel"])["median_ms"], calls_per_executable=k)
                 elif verdict.passed:
                     # The config and the reference are one comparison: k calls to an executable for
@@ -566,20 +548,20 @@ def tune(task, prep, check_outputs, describe):
                     ref_key, (ref_fn, compiled_ref, ref_s) = reference_for(mine)
                     fastest = min(timing.warm_call_s(compiled, prep.inputs), ref_s)
                     k = timing.calls_per_executable(fastest, len(input_sets()))
-                    if (ref_key, k) not in rotations:
-                        rotations[ref_key, k] = _rotation(ref_fn, compiled_ref, input_sets(), k)
-                    calls = {"kernel": _rotation(fn, compiled, input_sets(), k), "reference": rotations[ref_key, k]}
+
+                    def reference_at(k):
+                        if (ref_key, k) not in rotations:
+                            rotations[ref_key, k] = _rotation(ref_fn, compiled_ref, input_sets(), k)
+                        return rotations[ref_key, k]
+
+                    def calls_at(k):
+                        return {"kernel": _rotation(fn, compiled, input_sets(), k), "reference": reference_at(k)}
+
                     if not loaded:
-                        timing.warm_up({"reference": calls["reference"]}, SUSTAIN_S)
+                        timing.warm_up({"reference": reference_at(k)}, SUSTAIN_S)
                         loaded = True
-                    times = timing.sample(calls, samples=task.samples, warm_s=RESUME_S, calls_per_executable=k)
-                    if k == 1 and timing.read_short(times):  # the probe read the host, busy (timing.read_short)
-                        k = timing.calls_per_executable(min(min(v) for v in times.values()), len(input_sets()))
-                        if k > 1:
-                            if (ref_key, k) not in rotations:
-                                rotations[ref_key, k] = _rotation(ref_fn, compiled_ref, input_sets(), k)
-                            calls = {"kernel": _rotation(fn, compiled, input_sets(), k), "reference": rotations[ref_key, k]}
-                            times = timing.sample(calls, samples=task.samples, warm_s=RESUME_S, calls_per_executable=k)
+                    times, k = timing.sample_rounds(calls_at, k, lambda: len(input_sets()), samples=task.samples,
+                                                    warm_s=RESUME_S)
                     speedup, lo, hi = timing.ratio(times["reference"], times["kernel"])
                     row = row.updated(ms=timing.stats(times["kernel"])["median_ms"],
                                       ref_ms=timing.stats(times["reference"])["median_ms"],

@@ -75,6 +75,19 @@ def read_short(times: dict) -> bool:
     return min(statistics.median(v) for v in times.values()) < SHORT_S
 
 
+def sample_rounds(calls_at, k: int, copies, **sample_kw) -> tuple:
+    """(times, k): `sample` of the calls `calls_at(k)` makes (each function k calls to an executable), k
+    chosen by the warm probe; where that is 1 and the rounds read short (`read_short`), sampled again at
+    `calls_per_executable`'s k for the fastest sample and the input sets there are (`copies()`, asked for
+    only then: at large shapes more sets may not fit)."""
+    times = sample(calls_at(k), calls_per_executable=k, **sample_kw)
+    if k == 1 and read_short(times):
+        again = calls_per_executable(min(min(v) for v in times.values()), copies())
+        if again > 1:
+            return sample(calls_at(again), calls_per_executable=again, **sample_kw), again
+    return times, k
+
+
 def batched(fn, k: int):
     """A function of k argument lists one after another (each as long as fn takes) that calls fn on
     each and returns the k results as a tuple: every call's outputs are returned, so none is dead code."""
