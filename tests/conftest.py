@@ -247,6 +247,20 @@ def repo_copy(tmp_path):
     return root
 
 
+def keep_only(root: Path, *names: str) -> Path:
+    """Cut a copy of the repository down to the specs `names`, with their generated packages and tuning
+    folders: for a test of `generate` or `check` whose subject is one or two specs, without checking and
+    rendering the whole library each time it runs the CLI (test_generate checks the whole library's)."""
+    for spec in (root / "specs").glob("*.yaml"):
+        if spec.stem not in names:
+            spec.unlink()
+    for folder in ("generated", "tuning"):
+        for package in (root / folder).iterdir() if (root / folder).is_dir() else ():
+            if package.is_dir() and package.name not in names:
+                shutil.rmtree(package)
+    return root
+
+
 # -- models for the unit tests: through the real stages, no kspec process ---------------------
 
 

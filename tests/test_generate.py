@@ -13,7 +13,7 @@ import pytest
 from kspec import __version__
 from kspec.codegen import project as pipeline
 from kspec.codegen.checks.semantic import ALLOWED_IMPORT_ROOTS
-from conftest import REPO, invoke_kspec, run_kspec
+from conftest import REPO, invoke_kspec, keep_only, run_kspec
 
 
 def _tree(root: Path) -> dict:
@@ -30,106 +30,111 @@ def test_checked_in_generated_code_matches_the_specs():
 
 
 def test_fresh_generation_equals_checked_in(repo_copy):
+    """A fresh process (its own hash seed, nothing cached) renders the bytes checked in, which another
+    process rendered: generation is deterministic across processes."""
     import shutil
 
     shutil.rmtree(repo_copy / "generated")
-    r = invoke_kspec("generate", cwd=repo_copy)
-    assert r.rc == 0, r.both
+    r = run_kspec("generate", cwd=repo_copy, timeout=600)
+    assert r.rc == 0, r.out + r.err
     assert _tree(repo_copy) == _tree(REPO)
 
 
-def test_rendering_is_deterministic():
-    for path in pipeline.discover([], root=REPO):
-        first = pipeline.plan(pipeline.compile_spec(path), REPO / "generated")
-        second = pipeline.plan(pipeline.compile_spec(path), REPO / "generated")
-        assert first == second
+# Specs whose rendering takes the most paths: a backward section, derived kernels, mesh kernels, scalar
+# prefetch, sharding, grouped dims.
+RENDERED_TWICE = ("flash_attention", "matmul_persistent", "matmul_bias_gelu_pingpong", "paged_attention", "gmm",
+                  "layer_norm", "matmul_2d", "accumulate")
 
 
-def test_generation_is_deterministic_across_processes(tmp_path, repo_copy):
-    import shutil
-
-    other = tmp_path / "other"
-    shutil.copytree(repo_copy, other)
-    for root in (repo_copy, other):
-        shutil.rmtree(root / "generated")
-        assert run_kspec("generate", cwd=root).rc == 0
-    assert _tree(repo_copy) == _tree(other)
+@pytest.mark.parametrize("name", RENDERED_TWICE)
+def test_rendering_is_deterministic(name):
+    """Within one process too: compiling and rendering a spec again gives the same files."""
+    path = REPO / "specs" / f"{name}.yaml"
+    first = pipeline.plan(pipeline.compile_spec(path), REPO / "generated")
+    second = pipeline.plan(pipeline.compile_spec(path), REPO / "generated")
+    assert first == second
 
 
-def test_second_generate_writes_nothing(repo_copy):
-    r = invoke_kspec("generate", "specs/add.yaml", cwd=repo_copy)
+@pytest.fixture
+def add_copy(repo_copy):
+    """The library's copy cut down to add and matmul: what these tests do to add, matmul must not see."""
+    return keep_only(repo_copy, "add", "matmul")
+
+
+def test_second_generate_writes_nothing(add_copy):
+    r = invoke_kspec("generate", "specs/add.yaml", cwd=add_copy)
     assert r.rc == 0, r.both
-    n = len(list((repo_copy / "generated" / "add").glob("*.py")))
+    n = len(list((add_copy / "generated" / "add").glob("*.py")))
     assert r.out == f"add: 0 file(s) written, {n} unchanged -> generated/add\n"
 
 
-def test_check_lists_files_that_drifted(repo_copy):
-    spec = repo_copy / "specs" / "add.yaml"
+def test_check_lists_files_that_drifted(add_copy):
+    spec = add_copy / "specs" / "add.yaml"
     spec.write_text(spec.read_text().replace("Elementwise sum", "Elementwise total"))
-    before = _tree(repo_copy)
-    r = invoke_kspec("generate", "--check", cwd=repo_copy)
+    before = _tree(add_copy)
+    r = invoke_kspec("generate", "--check", cwd=add_copy)
     assert r.rc == 1, r.both
     drifted = r.out.splitlines()
     # every add/ file carries the spec's sha256 in its banner, so all of them drift
     assert "generated/add/__init__.py: out of date" in drifted
     assert "generated/add/interpret.py: out of date" in drifted
     assert not any("matmul" in line for line in drifted)
-    assert _tree(repo_copy) == before  # --check writes nothing
+    assert _tree(add_copy) == before  # --check writes nothing
 
 
-def test_check_reports_a_missing_file(repo_copy):
-    (repo_copy / "generated" / "add" / "triton.py").unlink()
-    r = invoke_kspec("generate", "--check", cwd=repo_copy)
+def test_check_reports_a_missing_file(add_copy):
+    (add_copy / "generated" / "add" / "triton.py").unlink()
+    r = invoke_kspec("generate", "--check", cwd=add_copy)
     assert r.rc == 1
     assert "generated/add/triton.py: missing" in r.out.splitlines()
 
 
-def test_hand_edited_file_is_refused_then_forced(repo_copy):
-    target = repo_copy / "generated" / "add" / "interpret.py"
+def test_hand_edited_file_is_refused_then_forced(add_copy):
+    target = add_copy / "generated" / "add" / "interpret.py"
     edited = target.read_text() + "# my local tweak\n"
     target.write_text(edited)
-    spec = repo_copy / "specs" / "add.yaml"
+    spec = add_copy / "specs" / "add.yaml"
     spec.write_text(spec.read_text().replace("Elementwise sum", "Elementwise total"))
 
-    r = invoke_kspec("generate", "--check", cwd=repo_copy)
+    r = invoke_kspec("generate", "--check", cwd=add_copy)
     assert r.rc == 1
     assert "generated/add/interpret.py: edited by hand" in r.out.splitlines()
 
-    r = invoke_kspec("generate", cwd=repo_copy)
+    r = invoke_kspec("generate", cwd=add_copy)
     assert r.rc == 1, r.both
     assert "generated/add/interpret.py: refused: edited by hand (use --force to overwrite)" in r.out
     assert target.read_text() == edited
     # all of the kernel's files are refused together, so the package stays consistent
-    assert "Elementwise total" not in (repo_copy / "generated" / "add" / "__init__.py").read_text()
+    assert "Elementwise total" not in (add_copy / "generated" / "add" / "__init__.py").read_text()
 
-    r = invoke_kspec("generate", "--force", cwd=repo_copy)
+    r = invoke_kspec("generate", "--force", cwd=add_copy)
     assert r.rc == 0, r.both
     assert "my local tweak" not in target.read_text()
     assert "Elementwise total" in target.read_text()
-    assert invoke_kspec("generate", "--check", cwd=repo_copy).rc == 0
+    assert invoke_kspec("generate", "--check", cwd=add_copy).rc == 0
 
 
-def test_stale_generated_file_is_removed(repo_copy):
-    spec = repo_copy / "specs" / "add.yaml"
+def test_stale_generated_file_is_removed(add_copy):
+    spec = add_copy / "specs" / "add.yaml"
     text = spec.read_text()
     triton = text[text.index("  triton:\n") : text.index("  mosaic_tpu:\n")]
     spec.write_text(text.replace(triton, ""))
     assert spec.read_text() != text
-    r = invoke_kspec("generate", "specs/add.yaml", cwd=repo_copy)
+    r = invoke_kspec("generate", "specs/add.yaml", cwd=add_copy)
     assert r.rc == 0, r.both
-    assert not (repo_copy / "generated" / "add" / "triton.py").exists()
-    assert "'triton'" not in (repo_copy / "generated" / "add" / "__init__.py").read_text()
+    assert not (add_copy / "generated" / "add" / "triton.py").exists()
+    assert "'triton'" not in (add_copy / "generated" / "add" / "__init__.py").read_text()
 
 
-def test_hand_written_file_in_a_kernel_folder_is_kept(repo_copy):
-    mine = repo_copy / "generated" / "add" / "notes.py"
+def test_hand_written_file_in_a_kernel_folder_is_kept(add_copy):
+    mine = add_copy / "generated" / "add" / "notes.py"
     mine.write_text("# mine\n")
-    r = invoke_kspec("generate", cwd=repo_copy)
+    r = invoke_kspec("generate", cwd=add_copy)
     assert r.rc == 1
     assert "generated/add/notes.py: refused: not generated by kspec; remove it or use --force" in r.out
     assert mine.read_text() == "# mine\n"
-    assert invoke_kspec("generate", "--check", cwd=repo_copy).out.count("notes.py") == 1
-    assert invoke_kspec("generate", "--force", cwd=repo_copy).rc == 0
+    assert invoke_kspec("generate", "--check", cwd=add_copy).out.count("notes.py") == 1
+    assert invoke_kspec("generate", "--force", cwd=add_copy).rc == 0
     assert not mine.exists()
 
 
@@ -164,18 +169,18 @@ def test_banner(spec):
         assert head[3].startswith("# content-sha256: ")
 
 
-def test_atomic_write_leaves_no_temp_files(repo_copy):
-    spec = repo_copy / "specs" / "add.yaml"
+def test_atomic_write_leaves_no_temp_files(add_copy):
+    spec = add_copy / "specs" / "add.yaml"
     spec.write_text(spec.read_text().replace("Elementwise sum", "Elementwise total"))
-    assert invoke_kspec("generate", cwd=repo_copy).rc == 0
-    leftovers = [p for p in (repo_copy / "generated").rglob("*") if p.name.endswith(".tmp")]
+    assert invoke_kspec("generate", cwd=add_copy).rc == 0
+    leftovers = [p for p in (add_copy / "generated").rglob("*") if p.name.endswith(".tmp")]
     assert leftovers == []
 
 
-def test_generated_files_have_ordinary_permissions(repo_copy):
+def test_generated_files_have_ordinary_permissions(add_copy):
     import shutil
 
-    shutil.rmtree(repo_copy / "generated")
-    assert invoke_kspec("generate", cwd=repo_copy).rc == 0
-    modes = {p.name: stat.S_IMODE(p.stat().st_mode) for p in (repo_copy / "generated").rglob("*.py")}
+    shutil.rmtree(add_copy / "generated")
+    assert invoke_kspec("generate", cwd=add_copy).rc == 0
+    modes = {p.name: stat.S_IMODE(p.stat().st_mode) for p in (add_copy / "generated").rglob("*.py")}
     assert all(mode & 0o044 == 0o044 for mode in modes.values()), modes

@@ -365,7 +365,8 @@ def test_guided_starts_from_the_configs_of_the_nearest_tuned_buckets():
     near = _neighbours(job, store, job.base())
     assert near[0] == {"bq": 128, "bk": 64, "warps": 4, "stages": 2}  # S2048 H8 D128's
     assert near[1] == {"bq": 128, "bk": 64, "warps": 8, "stages": 3}  # S8192 H8 D64's, as far by the distance
-    assert len(near) == len({tuple(b for b in e["bucket"]) for e in store.entries}) - 1  # every other bucket
+    # every other bucket tuned without the causal mask (the causal buckets take a param this job fixes otherwise)
+    assert len(near) == len({tuple(e["bucket"]) for e in store.entries if e["fixed"] == {"causal": False}}) - 1
     from kspec.codegen.backends.devices import peak_for
 
     kept = list(tn.space(variant))

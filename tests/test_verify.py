@@ -58,9 +58,11 @@ def test_shipped_library_passes_on_interpret_and_tpu_interpret(tmp_path, backend
     named = sorted(p for p in takes if p.stem not in GPU_ONLY | backward)[part::parts]
     specs = named + sorted({ROOT / "specs" / f"{name}.yaml" for p in named for name in takes[p]})
     report = tmp_path / "verify.json"
-    # One schedule per mosaic_tpu task keeps this fast; test_multicore and the slow test run the sweep.
+    # One schedule per mosaic_tpu task and normal inputs alone keep this fast: test_multicore and the slow
+    # tests run the schedules, test_inputs the other input kinds, and `kspec verify` (the README's first
+    # command) the whole library with both.
     rc, out, err = kspec("verify", *[str(p.relative_to(ROOT)) for p in named], "--backend", backend,
-                         "--schedules", "1", "--json", report)
+                         "--schedules", "1", "--inputs", "normal", "--json", report)
     assert rc == 0, out + err
     rows = results(report)
     assert {r["backend"] for r in rows} == {backend}
@@ -69,6 +71,7 @@ def test_shipped_library_passes_on_interpret_and_tpu_interpret(tmp_path, backend
     expected = [s for s in LIBRARY_SKIPS if s[1] == backend and s[0] in {p.stem for p in specs}]
     assert skipped == expected
     assert all(r["status"] == "pass" for r in rows if r["status"] != "skip"), [r for r in rows if r["status"] != "pass"]
+    assert {tuple(r["inputs"]) for r in rows if r["status"] == "pass" and r["mode"] == "run"} == {("normal",)}
     assert out.splitlines()[-1].endswith(f"0 failed, 0 errors, {len(expected)} skipped")
 
 
