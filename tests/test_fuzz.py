@@ -452,8 +452,8 @@ def _schema_valid(work: Workdir, profile: settings) -> None:
 
 
 def test_schema_valid_documents(work):
-    """hypothesis-jsonschema draws slowly (~0.4 s a document): CI takes a few."""
-    _schema_valid(work, settings(CI, max_examples=20))
+    """hypothesis-jsonschema draws slowly (~0.4 s a document) and each runs the pipeline: CI takes a few."""
+    _schema_valid(work, settings(CI, max_examples=10))
 
 
 # -- the fuzz profile: KSPEC_FUZZ=1 -----------------------------------------------------

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import ast
 import collections
+import functools
 import os
 import re
 import subprocess
@@ -221,15 +222,23 @@ def _top_level(text: str, name: str) -> set:
     return out
 
 
+@functools.cache
+def _library() -> list:
+    """(compiled spec, {target: text} planned) of each shipped spec: compiled once for the tests below."""
+    out = []
+    for path in pipeline.discover([], root=REPO):
+        compiled = pipeline.compile_spec(path)
+        out.append((compiled, pipeline.plan(compiled, REPO / "generated")[1] if compiled.ok else {}))
+    return out
+
+
 def test_generated_modules_hold_only_what_the_templates_make():
     """Shipped specs: every top-level function is one a template defines, nothing but the
     module docstring is a bare expression, and spec code sits in its own function."""
     by_kind: dict = {}
-    for path in pipeline.discover([], root=REPO):
-        compiled = pipeline.compile_spec(path)
+    for compiled, planned in _library():
         assert compiled.ok
         spec = compiled.spec
-        _, planned = pipeline.plan(compiled, REPO / "generated")
         for target, text in planned.items():
             top = _top_level(text, spec.name)
             assert {kind for kind, _ in top} <= {"def", "=", "import", "Expr", "If", "Try"}, (target, top)
@@ -365,8 +374,7 @@ def test_the_names_the_templates_bind_are_reserved():
     from kspec.codegen.checks.semantic import RESERVED, TEMPLATE_LOCALS
 
     module_level, wrapper_locals = set(), set()
-    for path in pipeline.discover([], root=REPO):
-        compiled = pipeline.compile_spec(path)
+    for compiled, planned in _library():
         spec, linked = compiled.spec, {b.name for b in compiled.linked}
         operands = spec.operands + spec.kernel_only
         own = {o.name for o in operands} | {f"{o.name}_ref" for o in operands} | set(spec.dims)
@@ -381,7 +389,6 @@ def test_the_names_the_templates_bind_are_reserved():
         def theirs(name: str) -> bool:
             return name.startswith("_") or name in own or spec.name in name or any(b in name for b in linked)
 
-        _, planned = pipeline.plan(compiled, REPO / "generated")
         for text in planned.values():
             tree = ast.parse(text)
             for node in tree.body:

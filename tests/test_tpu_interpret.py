@@ -49,9 +49,10 @@ def test_bf16_dot_without_f32_result_fails_in_tpu_and_pallas_interpret_mode(tmp_
     (tmp_path / "p").mkdir()
     proj = project(tmp_path / "p", planted, fixed)
     report = tmp_path / "r.json"
-    rc, out, err = kspec("verify", "--seed", "3", "--schedules", "2", "--json", report, cwd=proj)
+    # the declared case alone (the cases derived from it fail alike)
+    rc, out, err = kspec("verify", "--seed", "3", "--schedules", "2", "--case", "case0", "--json", report, cwd=proj)
     assert rc == 1, out + err
-    rows = {(r["kernel"], r["backend"]): r for r in declared(results(report))}
+    rows = {(r["kernel"], r["backend"]): r for r in results(report)}
     assert {k: r["status"] for k, r in rows.items()} == {
         ("matmul_bf16_f32_partials", "interpret"): "pass",
         ("matmul_bf16_f32_partials", "mosaic_tpu"): "pass",

@@ -43,14 +43,19 @@ GPU_ONLY = {"matmul_persistent", "matmul_bias_gelu_persistent", "matmul_pingpong
             "layer_norm_tma", "rms_norm_tma", "softmax_tma", "flash_attention_hopper"}
 
 
-# The library's verify on the two CPU backends, in parts of one to two minutes each (for the suite's
+# The library's verify on the two CPU backends, in parts of one to three minutes each (for the suite's
 # two processes): (backend, this part's number, the backend's number of parts); a part takes every
-# n-th spec in name order.
-LIBRARY_PARTS = [("interpret", i, 2) for i in range(2)] + [("mosaic_tpu", i, 4) for i in range(4)]
+# n-th spec in name order. The fast suite runs the interpret parts; the mosaic_tpu parts (TPU interpret
+# mode, some seven minutes on 2 cores) are slow tests, and `kspec verify`, the README's first command,
+# runs the library on both. In the fast suite, test_surface runs the library's DMA, prefetch and
+# multi-core specs in TPU interpret mode and test_lower_every_backend_for_its_platform lowers every
+# mosaic_tpu kernel for TPU.
+LIBRARY_PARTS = [pytest.param("interpret", i, 2, id=f"interpret-{i + 1}of2") for i in range(2)] + [
+    pytest.param("mosaic_tpu", i, 4, id=f"mosaic_tpu-{i + 1}of4", marks=pytest.mark.slow) for i in range(4)]
 
 
 @pytest.mark.heavy
-@pytest.mark.parametrize("backend, part, parts", LIBRARY_PARTS, ids=[f"{b}-{i + 1}of{n}" for b, i, n in LIBRARY_PARTS])
+@pytest.mark.parametrize("backend, part, parts", LIBRARY_PARTS)
 def test_shipped_library_passes_on_interpret_and_tpu_interpret(tmp_path, backend, part, parts):
     # verify takes a spec's backward specs (its `vjp:`) along: a part names forward specs only.
     takes = {p: re.findall(r"\n +- spec: (\w+)\.yaml", p.read_text()) for p in (ROOT / "specs").glob("*.yaml")}
