@@ -37,6 +37,31 @@ def test_only_the_simulating_worker_keeps_every_rounding():
     assert flags[-2:] == ["--xla_force_host_platform_device_count=8", "--xla_allow_excess_precision=false"]
 
 
+def test_where_jax_runs_only_on_the_cpu_one_worker_keeping_every_rounding_runs_every_task(monkeypatch):
+    """Every backend runs simulated or interpreted on the CPU: a run there starts the one worker that keeps
+    every rounding, not a second one first for `info` alone."""
+    import types
+
+    import jax
+
+    monkeypatch.setenv("JAX_PLATFORMS", "cuda")
+    assert not pool.only_the_cpu()
+    monkeypatch.setenv("JAX_PLATFORMS", "cpu")
+    assert pool.only_the_cpu()
+    monkeypatch.delenv("JAX_PLATFORMS")
+    if pool.only_the_cpu():  # no PJRT plugin and no libtpu installed: jax has the CPU alone
+        assert {d.platform for d in jax.devices()} == {"cpu"}
+    monkeypatch.setenv("JAX_PLATFORMS", "cpu")
+    workers = pool.Workers(None, 120)
+    try:
+        assert workers.info["platform"] == "cpu" and list(workers._sessions) == [True]
+        for backend in ("interpret", "triton", "mosaic_gpu", "mosaic_tpu"):
+            assert workers._for(types.SimpleNamespace(backend=backend)) is workers._sessions[True]
+        assert list(workers._sessions) == [True]
+    finally:
+        workers.close()
+
+
 def test_bf16_dot_without_f32_result_fails_in_tpu_and_pallas_interpret_mode(tmp_path):
     planted = PLANTED / "matmul_bf16_partials.yaml"
     fixed = tmp_path / "fixed" / "matmul_bf16_f32_partials.yaml"

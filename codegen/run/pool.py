@@ -278,29 +278,47 @@ def worker_env(devices: int | None = None, tpu_numerics: bool = False) -> dict:
     return env
 
 
+def only_the_cpu() -> bool:
+    """Whether jax can run on nothing but the CPU here, found without importing jax: JAX_PLATFORMS says
+    cpu, or neither a PJRT plugin (a module of the jax_plugins namespace, or an entry point of that
+    group: jax's CUDA and ROCm plugins) nor libtpu is installed."""
+    import importlib.metadata
+    import importlib.util
+    import pkgutil
+
+    platforms = os.environ.get("JAX_PLATFORMS", "").strip().lower()
+    if platforms:
+        return platforms == "cpu"
+    if importlib.util.find_spec("libtpu") is not None or importlib.metadata.entry_points(group="jax_plugins"):
+        return False
+    namespace = importlib.util.find_spec("jax_plugins")
+    return namespace is None or not any(pkgutil.iter_modules(namespace.submodule_search_locations or []))
+
+
 class Workers:
     """The workers of a verify, bench or tune run: one for every task, except that the kernels that
-    run simulated go to a second worker, started when the first such task comes, whose XLA keeps every
-    rounding (TPU_NUMERICS): off a TPU the mosaic_tpu tasks (TPU interpret mode), and on the CPU the
-    interpret tasks (Pallas interpret mode). The other backends keep XLA's default numerics."""
+    run simulated go to a worker whose XLA keeps every rounding (TPU_NUMERICS): off a TPU the
+    mosaic_tpu tasks (TPU interpret mode), and on the CPU the interpret tasks (Pallas interpret mode).
+    The other backends keep XLA's default numerics. A worker of either kind starts when the first
+    task for it comes; the first one starts at once, for `info`, and it keeps every rounding where
+    jax can run only on the CPU, since every backend runs simulated or interpreted there."""
 
     def __init__(self, devices: int | None, timeout: float):
         self.devices, self.timeout = devices, timeout
-        self._main = Session(worker_env(devices), timeout)
-        self.info = self._main.info
-        self._exact: Session | None = None
+        exact = only_the_cpu()
+        self._sessions = {exact: Session(worker_env(devices, tpu_numerics=exact), timeout)}
+        self.info = self._sessions[exact].info
 
     def _for(self, task: Task) -> Session:
-        if not BACKENDS[task.backend].rounds_as_a_device_on(self.info["platform"]):
-            return self._main
-        if self._exact is None:
-            self._exact = Session(worker_env(self.devices, tpu_numerics=True), self.timeout)
-        return self._exact
+        exact = BACKENDS[task.backend].rounds_as_a_device_on(self.info["platform"])
+        if exact not in self._sessions:
+            self._sessions[exact] = Session(worker_env(self.devices, tpu_numerics=exact), self.timeout)
+        return self._sessions[exact]
 
     def run(self, task: Task) -> Result:
         try:
             session = self._for(task)
-        except RuntimeError as e:  # the second worker failed to start
+        except RuntimeError as e:  # a worker of the other kind failed to start
             return result(task, "error", str(e))
         return session.run(task)
 
@@ -313,6 +331,5 @@ class Workers:
         yield from session.stream(task)
 
     def close(self) -> None:
-        for session in (self._main, self._exact):
-            if session is not None:
-                session.close()
+        for session in self._sessions.values():
+            session.close()
