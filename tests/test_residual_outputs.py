@@ -179,6 +179,90 @@ def test_a_call_without_residuals_leaves_them_out_of_the_kernel(tmp_path):
     assert _python(reading, source).splitlines() == ["sq: the body reads t, a residual output, written only with residuals=True"]
 
 
+# sq as a mesh kernel over one TensorCore: two pipelines, the second writing t only where the call
+# asks for the residual outputs (its ref is None otherwise).
+SQ_MESH = """\
+kspec: 1
+name: sq
+kind: mesh
+params: {bm: 16}
+inputs:
+  x: {shape: [M, N], dtype: [float32]}
+outputs:
+  o: {shape: [M, N], dtype: x}
+  t: {shape: [M, N], dtype: float32, residual: true}
+constraints:
+  - {expr: "M % bm == 0", message: "M must be a multiple of bm"}
+mesh:
+  cores: {core: 1}
+pipelines:
+  squares:
+    grid: {i: "M // bm"}
+    in: {x: {block_shape: [bm, N], index_map: "i -> (i, 0)"}}
+    out: {o: {block_shape: [bm, N], index_map: "i -> (i, 0)"}}
+  doubles:
+    grid: {i: "M // bm"}
+    in: {x: {block_shape: [bm, N], index_map: "i -> (i, 0)"}}
+    out: {t: {block_shape: [bm, N], index_map: "i -> (i, 0)"}}
+body: |
+  def square(x_block, o_block):
+      o_block[...] = x_block[...] * x_block[...]
+
+  def double(x_block, t_block):
+      t_block[...] = 2 * x_block[...]
+
+  squares(square)(x_ref, o_ref)
+  if t_ref is not None:
+      doubles(double)(x_ref, t_ref)
+reference: |
+  return x * x
+cases: [{M: 32, N: 128}]
+backends: {mosaic_tpu: null}
+vjp:
+  residuals: [t]
+  backward:
+    - spec: sq_dx.yaml
+      inputs: {t: t, g: grad(o)}
+      grads: {dx: x}
+"""
+
+
+def test_a_mesh_kernel_leaves_out_the_residual_outputs_its_body_tests_for_none(tmp_path):
+    """A mesh kernel whose body compares a residual output's ref with None gets None for it in a
+    call without residuals=True, and the kernel (pl.kernel) has the returned outputs only; under
+    jax.grad it writes it, in TPU interpret mode. A body that does not test writes it always."""
+    proj = _project(tmp_path / "tested", {"sq": SQ_MESH, "sq_dx": SQ_DX})
+    always = mutate(SQ_MESH, ("  if t_ref is not None:\n      doubles", "  doubles"))
+    untested = _project(tmp_path / "always", {"sq": always, "sq_dx": SQ_DX})
+    assert invoke_kspec("generate", cwd=proj).rc == 0 and invoke_kspec("generate", cwd=untested).rc == 0
+    source = """
+        import jax, jax.numpy as jnp
+        from jax.experimental.pallas import tpu as pltpu
+        from generated.sq import mosaic_tpu, _vjp
+        x = jnp.linspace(-1.0, 1.0, 32 * 128).reshape(32, 128)
+        run = pltpu.InterpretParams()
+
+        def results(jaxpr):  # the mesh kernel's, inside the jit
+            for e in jaxpr.eqns:
+                if e.primitive.name in ("jit", "pjit"):
+                    return results(e.params["jaxpr"].jaxpr)
+                if any("jaxpr" in key for key in e.params):
+                    return len(e.outvars)
+
+        counts = [results(jax.make_jaxpr(lambda x: mosaic_tpu.sq(x, interpret=run, residuals=r))(x).jaxpr)
+                  for r in (False, True)]
+        o, t = mosaic_tpu.sq(x, interpret=run, residuals=True)
+        tpu = _vjp.differentiable("mosaic_tpu", (), run)
+        grad = jax.grad(lambda x: jnp.sum(tpu(x) * x))(x)  # d/dx sum(x^3) = 3x^2
+        print(*counts, float(jnp.abs(mosaic_tpu.sq(x, interpret=run) - x * x).max()),
+              float(jnp.abs(t - 2 * x).max()), float(jnp.abs(grad - 3 * x * x).max()) < 1e-6)
+    """
+    assert _python(proj, source).split() == ["1", "2", "0.0", "0.0", "True"]
+    assert _python(untested, source).split() == ["2", "2", "0.0", "0.0", "True"]
+    assert "_runtime.inserted(_refs, () if residuals else ((2, None),))" in (proj / "generated" / "sq" / "mosaic_tpu.py").read_text()
+    assert "_runtime" not in (untested / "generated" / "sq" / "mosaic_tpu.py").read_text()
+
+
 @pytest.mark.parametrize("residuals", [False, True])
 def test_flash_attention_writes_its_residuals_only_when_asked(residuals):
     """Lowered for an NVIDIA GPU (no GPU needed): the Triton kernel of a call that returns o alone has one

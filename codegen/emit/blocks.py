@@ -145,9 +145,16 @@ def unwritten(spec: KernelSpec, variant: Variant) -> list:
     """[(output position, source of its _runtime.Unwritten)]: the residual outputs of a pallas_call
     (the spec's own, or its kernel's `kernel.outputs` marked residual) that the call writes only
     with residuals=True. Without it they are left out of the call and the body's ref for each
-    takes its stores and drops them. Mosaic GPU and mesh kernels, and calls that alias outputs
-    to inputs (whose positions would shift), write every output."""
-    if variant.backend == "mosaic_gpu" or spec.kind == SpecKind.MESH or spec.aliases:
+    takes its stores and drops them. A mesh kernel leaves out those whose ref its body compares
+    with None (`lse_ref is not None`): the body gets None for each, and skips its copies. Other
+    Mosaic GPU kernels, other mesh kernels' outputs, and calls that alias outputs to inputs
+    (whose positions would shift), write every output."""
+    if spec.aliases:
+        return []
+    if spec.kind == SpecKind.MESH:
+        tested = variant.body.none_tested
+        return [(n, "None") for n, o in enumerate(spec.outputs) if o.residual and f"{o.name}_ref" in tested]
+    if variant.backend == "mosaic_gpu":
         return []
     out = []
     for n, o in enumerate(spec.outputs):

@@ -117,6 +117,21 @@ class Code:
         return frozenset(n.id for n in ast.walk(tree) if isinstance(n, ast.Name))
 
     @property
+    def none_tested(self) -> frozenset:
+        """The names the code compares with None (`x is None`, `x is not None`): in a mesh
+        kernel's body, the residual outputs' refs it is ready to find None."""
+        try:
+            tree = ast.parse(self.source)
+        except (SyntaxError, RecursionError, MemoryError, ValueError):
+            return frozenset()
+        return frozenset(
+            n.left.id for n in ast.walk(tree)
+            if isinstance(n, ast.Compare) and isinstance(n.left, ast.Name) and len(n.ops) == 1
+            and isinstance(n.ops[0], (ast.Is, ast.IsNot))
+            and isinstance(n.comparators[0], ast.Constant) and n.comparators[0].value is None
+        )
+
+    @property
     def expression(self) -> bool:
         """Whether the code is one expression (which init code may be, for its value)."""
         try:
