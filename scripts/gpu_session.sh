@@ -16,7 +16,8 @@
 # the jsonschema wheels (and their dependencies) in .whl/ (git-ignored) and they are installed
 # from there. Results go to $OUT (or ./out): verify-gpu.json, tuning.tgz (unpack at the repo root, then
 # `kspec generate` embeds the configs), bench.json, bench.md, bench.png, attention.json, hopper.json,
-# verify-fa3.json, bench-fa3.json and bench-fa3.md (fa3: specs/flash_attention_hopper.yaml), and
+# verify-fa3.json, bench-fa3.json and bench-fa3.md (fa3: specs/flash_attention_hopper.yaml, tuned at its bench
+# cases first; SWEEP_SPECS=specs/flash_attention_hopper.yaml with the sweep step times its families), and
 # ncu-details.csv / ncu-raw.csv.gz (profile: Nsight Compute over the 8192^3 matmuls, where the machine's
 # runtime lets ncu read the counters; a sandboxed runtime may not, hence the timeout).
 set -uo pipefail
@@ -75,7 +76,9 @@ for step in ${*:-verify tune}; do
              "$NCU" -i /tmp/kspec-matmul.ncu-rep --page raw --csv | gzip -c > "$OUT/ncu-raw.csv.gz" ;;
     generate) kspec generate 2>/dev/null | tail -1 ;;
     verify-grad) kspec verify $NORM_FORWARD --backend triton --seed 11 --json "$OUT/verify-grad.json" 2>/dev/null | tail -40 ;;
-    fa3) kspec verify specs/flash_attention_hopper.yaml -b mosaic_gpu --seed 11 --json "$OUT/verify-fa3.json" 2>/dev/null | tail -20
+    fa3) kspec tune specs/flash_attention_hopper.yaml -b mosaic_gpu --samples 10 --seed 5 2>/dev/null | grep -v '^\['
+         kspec generate specs/flash_attention_hopper.yaml | tail -1
+         kspec verify specs/flash_attention_hopper.yaml -b mosaic_gpu --seed 11 --json "$OUT/verify-fa3.json" 2>/dev/null | tail -20
          kspec bench specs/flash_attention_hopper.yaml -b mosaic_gpu --samples 30 --json "$OUT/bench-fa3.json" \
            --markdown "$OUT/bench-fa3.md" 2>/dev/null | tail -20 ;;
     verify-tma) kspec verify specs/softmax_tma.yaml specs/rms_norm_tma.yaml specs/layer_norm_tma.yaml \

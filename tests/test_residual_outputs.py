@@ -263,6 +263,22 @@ def test_a_mesh_kernel_leaves_out_the_residual_outputs_its_body_tests_for_none(t
     assert "_runtime" not in (untested / "generated" / "sq" / "mosaic_tpu.py").read_text()
 
 
+def test_a_mesh_kernel_that_writes_a_residual_output_in_every_call_is_a_warning(tmp_path):
+    """W904: the body copies t without testing t_ref against None; check still passes."""
+    always = mutate(SQ_MESH, ("  if t_ref is not None:\n      doubles", "  doubles"))
+    for proj, text in ((tmp_path / "always", always), (tmp_path / "tested", SQ_MESH)):
+        _project(proj, {"sq": text, "sq_dx": SQ_DX})
+    r = invoke_kspec("check", "specs/sq.yaml", cwd=tmp_path / "always")
+    assert (r.rc, r.out.splitlines()) == (0, [
+        "specs/sq.yaml:9:48: warning[W904]: mosaic_tpu: the mesh kernel writes residual output `t` in every call, "
+        "also outside jax.grad, where nothing reads it",
+        "  = help: put its writes under `if t_ref is not None:` in the body: a call that does not ask for the "
+        "residual outputs then leaves it out of the kernel, and the body gets None for it",
+        "2 spec(s) OK",
+    ])
+    assert invoke_kspec("check", "specs/sq.yaml", cwd=tmp_path / "tested").out == "2 spec(s) OK\n"
+
+
 @pytest.mark.parametrize("residuals", [False, True])
 def test_flash_attention_writes_its_residuals_only_when_asked(residuals):
     """Lowered for an NVIDIA GPU (no GPU needed): the Triton kernel of a call that returns o alone has one

@@ -35,7 +35,7 @@ from kspec.codegen.checks.instances import (
     instantiate,
     unmet,
 )
-from kspec.codegen.spec.model import Case, Code, DimKind, InitKind, KernelSpec, MeshRole, Role, ScratchKind, Variant
+from kspec.codegen.spec.model import Case, Code, DimKind, InitKind, KernelSpec, MeshRole, Role, ScratchKind, SpecKind, Variant
 
 # Names the generated modules use; spec names may not shadow them.
 # Names the templates bind where a spec's names live: each generated module's own (imports,
@@ -92,6 +92,7 @@ def check(spec: KernelSpec) -> list[Diagnostic]:
         diags += sharding.check(spec, per_case=not any(d.severity == "error" for d in diags))
     for variant in spec.variants.values():
         diags += _unread_params(spec, variant)
+    diags += _mesh_residuals(spec)
     if not any(d.severity == "error" for d in diags):
         diags += _derived_checks(spec)
     if not any(d.severity == "error" for d in diags):
@@ -241,6 +242,30 @@ def _unread_params(spec: KernelSpec, v: Variant) -> list:
         for p in v.params
         if p.choices and len(set(p.choices)) > 1 and p.name not in read
     ]
+
+
+def _mesh_residuals(spec: KernelSpec) -> list:
+    """W904: a mesh kernel's residual output that its body does not compare with None: every call
+    writes it, also one outside jax.grad that returns the other outputs alone (a pallas_call's
+    body gets a stand-in that drops the stores; a mesh body's copies need the test)."""
+    if spec.kind != SpecKind.MESH:
+        return []
+    out = []
+    for o in spec.outputs:
+        if not o.residual:
+            continue
+        untested = [b for b, v in spec.variants.items() if f"{o.name}_ref" not in v.body.none_tested]
+        if untested:
+            out.append(Diagnostic(
+                "W904",
+                f"{', '.join(untested)}: the mesh kernel writes residual output `{o.name}` in every call, also "
+                "outside jax.grad, where nothing reads it",
+                o.residual_loc,
+                f"put its writes under `if {o.name}_ref is not None:` in the body: a call that does not ask for "
+                "the residual outputs then leaves it out of the kernel, and the body gets None for it",
+                severity="warning",
+            ))
+    return out
 
 
 def _unique(diags: list) -> list:

@@ -123,6 +123,7 @@ CODES: dict[str, str] = {
     "W901": "tunable param that a backend's kernel never reads",
     "W902": "cdiv grid axis that no case makes ragged",
     "W903": "shared-memory estimate below what Triton asked for",
+    "W904": "mesh kernel writes a residual output in every call",
 }
 
 # Warnings about a spec's cases rather than its kernel: `kspec check` shows them; generate, verify,
