@@ -41,6 +41,12 @@ def test_the_ping_pong_schedule_lowers_for_cuda_causal_or_not():
         assert "mosaic_gpu" in _lower(module, shape, causal=causal, pingpong=True), (shape, causal)
 
 
+def test_128_query_rows_a_consumer_lower_for_cuda_under_either_schedule():
+    module = importlib.import_module(f"generated.{NAME}.mosaic_gpu")
+    for causal, pingpong in itertools.product((False, True), (False, True)):
+        assert "mosaic_gpu" in _lower(module, (4, 4096, 32, 64), causal=causal, pingpong=pingpong, bq=128, bk=64)
+
+
 def test_a_call_outside_grad_leaves_the_residual_outputs_out_of_the_kernel():
     """lse [B, H, S] float32 and o_err are written only with residuals=True, as under jax.grad: the
     body finds their refs None otherwise and skips their copies."""
@@ -59,14 +65,17 @@ def test_lowers_for_cuda_under_every_config_that_fits():
     causal or not, under either schedule, from S 512 to 32768."""
     module = importlib.import_module(f"generated.{NAME}.mosaic_gpu")
     lowered = 0
-    for (b, s, h, d), causal, bk, slots, pingpong in itertools.product(
-        ((2, 512, 8, 64), (8, 2048, 32, 128), (2, 32768, 8, 128)), (False, True), (64, 128), (2, 3, 4), (False, True)
+    for (b, s, h, d), causal, bq, bk, slots, pingpong in itertools.product(
+        ((2, 512, 8, 64), (8, 2048, 32, 128), (2, 32768, 8, 128)), (False, True), (64, 128), (64, 128), (2, 3, 4),
+        (False, True)
     ):
-        if 4 * slots * bk * d + 8 * 64 * d > 220 * 1024:
+        if 4 * slots * bk * d + 8 * bq * d > 220 * 1024:
             continue
-        assert "mosaic_gpu" in _lower(module, (b, s, h, d), causal=causal, bk=bk, slots=slots, pingpong=pingpong)
+        assert "mosaic_gpu" in _lower(module, (b, s, h, d), causal=causal, bq=bq, bk=bk, slots=slots, pingpong=pingpong)
         lowered += 1
-    assert lowered == 56  # 6 configs at D 64, 4 at D 128 (bk 128 only with 2 slots), causal or not, two schedules
+    # bq 64: 6 configs at D 64, 4 at D 128 (bk 128 only with 2 slots); bq 128: 6 at D 64, 1 at D 128
+    # (bk 64, 2 slots); causal or not, two schedules
+    assert lowered == 4 * (12 + 2 * 5)
 
 
 def test_a_ring_over_the_shared_memory_budget_is_refused_before_tracing():
@@ -132,11 +141,13 @@ from generated.fa3_interp.reference import fa3_interp_reference
 B, S, H, D = 1, 256, 1, 64
 q, k, v = (jax.random.normal(key, (B, S, H, D), jnp.float32).astype(jnp.bfloat16) for key in jax.random.split(jax.random.key(0), 3))
 # 64-key blocks through 2 or 3 slots. Causal: the two CTAs take 2 and 4 blocks, and the first
-# consumer's last block lies wholly past its rows. Not causal: 4 blocks.
-# Each schedule: the overlapped one, and the consumers' ping-pong.
-for causal, bk, slots, pingpong in itertools.product((True, False), (64,), (2, 3), (False, True)):
+# consumer's last block lies wholly past its rows. Not causal: 4 blocks. Each schedule: the
+# overlapped one, and the consumers' ping-pong. Then 128 query rows a consumer: one CTA.
+configs = [(causal, 64, 64, slots, pingpong) for causal, slots, pingpong in itertools.product((True, False), (2, 3), (False, True))]
+configs += [(causal, 128, 64, 2, pingpong) for causal, pingpong in itertools.product((True, False), (False, True))]
+for causal, bq, bk, slots, pingpong in configs:
     with params.force_gpu_interpret_mode(params.InterpretGPUParams()):
-        o, lse, o_err = fa3_interp(q, k, v, causal=causal, bk=bk, slots=slots, pingpong=pingpong)
+        o, lse, o_err = fa3_interp(q, k, v, causal=causal, bq=bq, bk=bk, slots=slots, pingpong=pingpong)
     want = fa3_interp_reference(q, k, v, causal=causal)
     s = jnp.einsum("bqhd,bkhd->bhqk", q, k, preferred_element_type=jnp.float32) / math.sqrt(D)
     if causal:
@@ -146,7 +157,7 @@ for causal, bk, slots, pingpong in itertools.product((True, False), (64,), (2, 3
     # o_err, o's rounding error: at most half a bfloat16 ulp of o (up to 2^-8 of it), and not all zero
     o, o_err = np.asarray(o, np.float32), np.asarray(o_err, np.float32)
     rounding = np.max(np.abs(o_err) / np.maximum(np.abs(o), 1e-30))
-    print(causal, bk, slots, pingpong, float(o_diff), float(lse_err), float(rounding), int(np.count_nonzero(o_err)))
+    print(causal, bq, bk, slots, pingpong, float(o_diff), float(lse_err), float(rounding), int(np.count_nonzero(o_err)))
 """
 
 
@@ -159,7 +170,9 @@ def test_ring_masks_and_softmax_run_in_mosaic_gpu_interpret_mode(tmp_path):
     times out and fails the test; a phase left unwaited fails it too."""
     pytest.importorskip("jax._src.pallas.mosaic_gpu.interpret.params")
     rows = _run_interpreted(tmp_path, "fa3_interp", _interpretable(), INTERP_SCRIPT)
-    assert [r[:4] for r in rows] == [[str(c), "64", str(s), str(p)] for c in (True, False) for s in (2, 3) for p in (False, True)]
+    assert [r[:5] for r in rows] == [[str(c), "64", "64", str(s), str(p)] for c in (True, False) for s in (2, 3)
+                                     for p in (False, True)] + [[str(c), "128", "64", "2", str(p)] for c in (True, False)
+                                                                for p in (False, True)]
     for *_, o_diff, lse_err, rounding, nonzero in rows:
         assert float(o_diff) <= 2e-2 and float(lse_err) <= 1e-5, rows  # bf16 outputs; float32 lse
         assert float(rounding) <= 2.0 ** -8 and int(nonzero) > 1000, rows  # of 256 * 64 elements
