@@ -113,10 +113,22 @@ def test_a_residual_output_is_not_sharded(tmp_path):
     ]
 
 
+# Defined for every `_python` source: the number of results of the kernel (a pallas_call, or a mesh
+# kernel's primitive) inside a jitted function's jaxpr.
+KERNEL_RESULTS = """
+def kernel_results(jaxpr):
+    for e in jaxpr.eqns:
+        if e.primitive.name in ("jit", "pjit"):
+            return kernel_results(e.params["jaxpr"].jaxpr)
+        if any("jaxpr" in key for key in e.params):
+            return len(e.outvars)
+"""
+
+
 def _python(proj: Path, source: str) -> str:
     """Run `source` with the project's generated/ importable (as an application would)."""
-    proc = subprocess.run([sys.executable, "-c", textwrap.dedent(source)], cwd=proj, capture_output=True, text=True,
-                          timeout=300, check=False)
+    proc = subprocess.run([sys.executable, "-c", KERNEL_RESULTS + textwrap.dedent(source)], cwd=proj,
+                          capture_output=True, text=True, timeout=300, check=False)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return proc.stdout
 
@@ -162,15 +174,8 @@ def test_a_call_without_residuals_leaves_them_out_of_the_kernel(tmp_path):
         from generated.sq import interpret
         x = jnp.ones((16, 128), jnp.float32)
 
-        def results(jaxpr):  # the pallas_call's, inside the jit
-            for e in jaxpr.eqns:
-                if e.primitive.name == "pallas_call":
-                    return len(e.outvars)
-                if "jaxpr" in e.params:
-                    return results(e.params["jaxpr"].jaxpr)
-
         try:
-            print(*(results(jax.make_jaxpr(lambda x: interpret.sq(x, residuals=r))(x).jaxpr) for r in (False, True)),
+            print(*(kernel_results(jax.make_jaxpr(lambda x: interpret.sq(x, residuals=r))(x).jaxpr) for r in (False, True)),
                   float(jnp.abs(interpret.sq(x, residuals=True)[1] - 2).max()), float(jnp.abs(interpret.sq(x) - 1).max()))
         except TypeError as e:
             print(e)
@@ -241,15 +246,7 @@ def test_a_mesh_kernel_leaves_out_the_residual_outputs_its_body_tests_for_none(t
         from generated.sq import mosaic_tpu, _vjp
         x = jnp.linspace(-1.0, 1.0, 32 * 128).reshape(32, 128)
         run = pltpu.InterpretParams()
-
-        def results(jaxpr):  # the mesh kernel's, inside the jit
-            for e in jaxpr.eqns:
-                if e.primitive.name in ("jit", "pjit"):
-                    return results(e.params["jaxpr"].jaxpr)
-                if any("jaxpr" in key for key in e.params):
-                    return len(e.outvars)
-
-        counts = [results(jax.make_jaxpr(lambda x: mosaic_tpu.sq(x, interpret=run, residuals=r))(x).jaxpr)
+        counts = [kernel_results(jax.make_jaxpr(lambda x: mosaic_tpu.sq(x, interpret=run, residuals=r))(x).jaxpr)
                   for r in (False, True)]
         o, t = mosaic_tpu.sq(x, interpret=run, residuals=True)
         tpu = _vjp.differentiable("mosaic_tpu", (), run)

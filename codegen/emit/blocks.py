@@ -152,8 +152,7 @@ def unwritten(spec: KernelSpec, variant: Variant) -> list:
     if spec.aliases:
         return []
     if spec.kind == SpecKind.MESH:
-        tested = variant.body.none_tested
-        return [(n, "None") for n, o in enumerate(spec.outputs) if o.residual and f"{o.name}_ref" in tested]
+        return [(n, "None") for n, o in enumerate(spec.outputs) if variant.leaves_out(o)]
     if variant.backend == "mosaic_gpu":
         return []
     out = []

@@ -106,39 +106,35 @@ class Code:
     origin: Location
     block_indent: int | None  # literal/folded block scalars: the content's indent
 
+    def _tree(self) -> ast.Module | None:
+        """The code parsed (never run); None when it does not parse, which check reports (E600)."""
+        try:
+            return ast.parse(self.source)
+        except (SyntaxError, RecursionError, MemoryError, ValueError):
+            return None
+
     @property
     def names(self) -> frozenset:
-        """The names the code reads or binds (parsed, never run); none when it does not parse,
-        which check reports (E600)."""
-        try:
-            tree = ast.parse(self.source)
-        except SyntaxError:
-            return frozenset()
-        return frozenset(n.id for n in ast.walk(tree) if isinstance(n, ast.Name))
+        """The names the code reads or binds; none when it does not parse."""
+        tree = self._tree()
+        return frozenset(n.id for n in ast.walk(tree) if isinstance(n, ast.Name)) if tree else frozenset()
 
     @property
     def none_tested(self) -> frozenset:
-        """The names the code compares with None (`x is None`, `x is not None`): in a mesh
-        kernel's body, the residual outputs' refs it is ready to find None."""
-        try:
-            tree = ast.parse(self.source)
-        except (SyntaxError, RecursionError, MemoryError, ValueError):
-            return frozenset()
+        """The names the code compares with None (`x is None`, `x is not None`)."""
+        tree = self._tree()
         return frozenset(
             n.left.id for n in ast.walk(tree)
             if isinstance(n, ast.Compare) and isinstance(n.left, ast.Name) and len(n.ops) == 1
             and isinstance(n.ops[0], (ast.Is, ast.IsNot))
             and isinstance(n.comparators[0], ast.Constant) and n.comparators[0].value is None
-        )
+        ) if tree else frozenset()
 
     @property
     def expression(self) -> bool:
         """Whether the code is one expression (which init code may be, for its value)."""
-        try:
-            tree = ast.parse(self.source)
-        except (SyntaxError, RecursionError, MemoryError, ValueError):
-            return False
-        return len(tree.body) == 1 and isinstance(tree.body[0], ast.Expr)
+        tree = self._tree()
+        return tree is not None and len(tree.body) == 1 and isinstance(tree.body[0], ast.Expr)
 
     @property
     def returning(self) -> str:
@@ -414,6 +410,11 @@ class Variant:
 
     def mesh_axes(self, role: MeshRole) -> tuple:
         return tuple(a for a in self.mesh if a.role == role)
+
+    def leaves_out(self, output) -> bool:
+        """Whether a mesh kernel's body is ready to find None for this residual output's ref (it
+        compares the ref with None), so that a call without residuals=True leaves the output out."""
+        return output.residual and f"{output.name}_ref" in self.body.none_tested
 
     def supports(self, assignment: Mapping[str, str]) -> bool:
         """Whether this backend takes a case's dtype assignment."""
